@@ -1,0 +1,121 @@
+// CPU/GPU parity of synthesis, comparison, digest and sentinels (CTest label `gpu`; skipped when
+// no CUDA device is present).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kverify/compare/compare.hpp"
+#include "kverify/poison/poison.hpp"
+#include "kverify/synth/synth.hpp"
+
+using namespace kverify;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes;
+  explicit DeviceBuffer(size_t b) : bytes(b) { EXPECT_EQ(cudaMalloc(&p, b), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<unsigned char> host() const {
+    std::vector<unsigned char> h(bytes);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  void upload(const void* src) { EXPECT_EQ(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), cudaSuccess); }
+};
+
+}  // namespace
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+TEST(CudaParity, SynthBitwiseIdentical) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 100003;
+  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64}) {
+    for (synth::DistKind k : {synth::DistKind::Normal, synth::DistKind::Uniform, synth::DistKind::UniformInt}) {
+      synth::Distribution d;
+      d.kind = k;
+      d.p0 = k == synth::DistKind::Normal ? 0.5 : -7;
+      d.p1 = k == synth::DistKind::Normal ? 3.0 : 9;
+      d.special_density = is_float(t) ? 0.01 : 0.0;
+      d.special_mask = 7;
+      d.stream = 5;
+      const size_t bytes = n * dtype_size(t);
+      std::vector<unsigned char> h(bytes);
+      synth::fill(contiguous_view(h.data(), t, {n}), 1234567, d);
+      DeviceBuffer g(bytes);
+      synth::fill(contiguous_view(g.p, t, {n}, Device::CUDA), 1234567, d);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(g.host(), h) << dtype_name(t) << " dist " << int(k);
+    }
+  }
+}
+
+TEST(CudaParity, CompareDigestSentinel) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1 << 20;
+  std::vector<float> c(n + 5);
+  std::vector<double> o(n + 5);
+  synth::Distribution d;
+  d.special_density = 0.001;
+  d.special_mask = 7;
+  synth::fill(contiguous_view(o.data(), DType::F64, {n + 5}), 1, d);
+  for (int64_t i = 0; i < n + 5; ++i) c[i] = static_cast<float>(o[i] * (1.0 + 1e-6 * ((i * 7919) % 13)));
+  c[77] = NAN;
+  c[1000] = 0.0f;
+  for (int64_t len : {n + 5, int64_t(1), int64_t(7), int64_t(8), n - 3}) {
+    DeviceBuffer gc(len * 4), go(len * 8);
+    gc.upload(c.data());
+    go.upload(o.data());
+    const compare::Bound b{1e-7, 2e-6};
+    auto hs = compare::compare(contiguous_view(c.data(), DType::F32, {len}), contiguous_view(o.data(), DType::F64, {len}), b);
+    auto gs = compare::compare(contiguous_view(gc.p, DType::F32, {len}, Device::CUDA),
+                               contiguous_view(go.p, DType::F64, {len}, Device::CUDA), b);
+    EXPECT_EQ(gs.n, hs.n);
+    EXPECT_EQ(gs.nan_mismatch, hs.nan_mismatch);
+    EXPECT_EQ(gs.first_nan, hs.first_nan);
+    EXPECT_EQ(gs.posinf_mismatch, hs.posinf_mismatch);
+    EXPECT_EQ(gs.first_neginf, hs.first_neginf);
+    EXPECT_EQ(gs.max_abs_err, hs.max_abs_err);
+    EXPECT_EQ(gs.max_abs_idx, hs.max_abs_idx);
+    EXPECT_EQ(gs.max_rel_idx, hs.max_rel_idx);
+    EXPECT_EQ(gs.max_ulp, hs.max_ulp);
+    EXPECT_EQ(gs.n_past_bound, hs.n_past_bound);
+    EXPECT_EQ(gs.first_past_bound, hs.first_past_bound);
+    EXPECT_NEAR(gs.sum_sq_err, hs.sum_sq_err, 1e-12 * hs.sum_sq_err);
+    EXPECT_NEAR(gs.sum_sq_ref, hs.sum_sq_ref, 1e-12 * hs.sum_sq_ref);
+    // deterministic run to run
+    auto gs2 = compare::compare(contiguous_view(gc.p, DType::F32, {len}, Device::CUDA),
+                                contiguous_view(go.p, DType::F64, {len}, Device::CUDA), b);
+    EXPECT_EQ(std::memcmp(&gs, &gs2, sizeof(gs)), 0);
+    EXPECT_EQ(compare::digest(contiguous_view(gc.p, DType::F32, {len}, Device::CUDA)),
+              compare::digest(contiguous_view(c.data(), DType::F32, {len})));
+  }
+  // strided (transposed) view on the GPU
+  DeviceBuffer gc(12 * 4);
+  gc.upload(c.data());
+  EXPECT_EQ(compare::digest(make_view(gc.p, DType::F32, Device::CUDA, 0, {3, 4}, {1, 3})),
+            compare::digest(make_view(c.data(), DType::F32, Device::CPU, 0, {3, 4}, {1, 3})));
+  // sentinels
+  DeviceBuffer s(1000 * 2);
+  auto sv = contiguous_view(s.p, DType::BF16, {1000}, Device::CUDA);
+  poison::fill_sentinel(sv);
+  ASSERT_EQ(cudaMemset(static_cast<char*>(s.p) + 20, 0, 10), cudaSuccess);  // elements 10..14
+  int64_t first = -2;
+  EXPECT_EQ(poison::count_sentinel(sv, &first), 995);
+  EXPECT_EQ(first, 0);
+  ASSERT_EQ(cudaMemset(s.p, 0, 8), cudaSuccess);  // elements 0..3
+  EXPECT_EQ(poison::count_sentinel(sv, &first), 991);
+  EXPECT_EQ(first, 4);
+}

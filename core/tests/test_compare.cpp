@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kverify/compare/compare.hpp"
+
+using namespace kverify;
+using compare::Bound;
+using compare::CompareStats;
+
+namespace {
+CompareStats cmp(std::vector<float> c, std::vector<double> o, Bound b = {}) {
+  const int64_t n = static_cast<int64_t>(c.size());
+  return compare::compare(contiguous_view(c.data(), DType::F32, {n}), contiguous_view(o.data(), DType::F64, {n}), b);
+}
+}  // namespace
+
+TEST(Compare, ExactMatch) {
+  auto s = cmp({1, 2, 3}, {1, 2, 3});
+  EXPECT_EQ(s.n, 3);
+  EXPECT_EQ(s.max_abs_err, 0.0);
+  EXPECT_EQ(s.max_ulp, 0u);
+  EXPECT_EQ(s.normwise_rel(), 0.0);
+  EXPECT_EQ(s.n_past_bound, 0);
+  EXPECT_EQ(s.nonfinite_mismatch(), 0);
+}
+
+TEST(Compare, NonFiniteKindsAndFirstIndex) {
+  const float nan = NAN, inf = INFINITY;
+  //            0    1    2     3     4    5    6
+  auto s = cmp({0, nan, inf, -inf, nan, 5, inf}, {0, 1, inf, inf, NAN, NAN, -INFINITY});
+  EXPECT_EQ(s.nan_mismatch, 2);     // 1 (c NaN, o 1), 5 (o NaN, c 5)
+  EXPECT_EQ(s.first_nan, 1);
+  EXPECT_EQ(s.posinf_mismatch, 2);  // 3 (o +Inf, c -Inf), 6 (c +Inf, o -Inf)
+  EXPECT_EQ(s.first_posinf, 3);
+  EXPECT_EQ(s.neginf_mismatch, 2);  // 3, 6
+  EXPECT_EQ(s.first_neginf, 3);
+  EXPECT_EQ(s.n_past_bound, 4);     // elements 1, 3, 5, 6
+  EXPECT_EQ(s.first_past_bound, 1);
+  EXPECT_EQ(s.oracle_nonfinite, 5);
+  EXPECT_EQ(s.candidate_nonfinite, 5);
+}
+
+TEST(Compare, ErrorsAndBound) {
+  auto s = cmp({1.0f, 2.5f, -4.0f, 0.0f}, {1.0, 2.0, -4.5, 0.0}, Bound{0.1, 0.1});
+  EXPECT_DOUBLE_EQ(s.max_abs_err, 0.5);
+  EXPECT_EQ(s.max_abs_idx, 1);  // tie 0.5 at 1 and 2: smaller index
+  EXPECT_DOUBLE_EQ(s.max_rel_err, 0.25);
+  EXPECT_EQ(s.max_rel_idx, 1);
+  EXPECT_DOUBLE_EQ(s.sum_sq_err, 0.5);
+  EXPECT_DOUBLE_EQ(s.sum_sq_ref, 1 + 4 + 20.25);
+  EXPECT_NEAR(s.normwise_rel(), std::sqrt(0.5 / 25.25), 1e-15);
+  // bound atol 0.1 + rtol 0.1*|o|: 0.3 at idx1 (err .5 past), 0.55 at idx2 (err .5 within)
+  EXPECT_EQ(s.n_past_bound, 1);
+  EXPECT_EQ(s.first_past_bound, 1);
+}
+
+TEST(Compare, UlpInCandidateDtype) {
+  const float one_up = std::nextafter(1.0f, 2.0f);
+  auto s = cmp({1.0f, one_up, 3.0f}, {1.0, 1.0, 3.0});
+  EXPECT_EQ(s.max_ulp, 1u);
+  EXPECT_EQ(s.max_ulp_idx, 1);
+  // fp16 candidate: ulp counted in fp16
+  std::vector<uint16_t> h = {bits::float_to_half(1.0f), static_cast<uint16_t>(bits::float_to_half(1.0f) + 3)};
+  std::vector<double> o = {1.0, 1.0};
+  auto t = compare::compare(contiguous_view(h.data(), DType::F16, {2}), contiguous_view(o.data(), DType::F64, {2}), {});
+  EXPECT_EQ(t.max_ulp, 3u);
+}
+
+TEST(Compare, ZeroOracleRelativeError) {
+  auto s = cmp({0.0f, 1e-3f}, {0.0, 0.0});
+  EXPECT_TRUE(std::isinf(s.max_rel_err));
+  EXPECT_TRUE(std::isinf(s.normwise_rel()));
+  auto z = cmp({0.0f}, {0.0});
+  EXPECT_EQ(z.normwise_rel(), 0.0);
+}
+
+TEST(Compare, StridedEqualsContiguous) {
+  std::vector<float> c(12), ct(12);
+  std::vector<double> o(12);
+  for (int i = 0; i < 12; ++i) { c[i] = i * 1.5f + (i % 3 == 0 ? 0.25f : 0.0f); o[i] = i * 1.5; }
+  // ct holds c transposed: logical (3,4) view over storage (4,3)
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) ct[j * 3 + i] = c[i * 4 + j];
+  auto a = compare::compare(contiguous_view(c.data(), DType::F32, {3, 4}), contiguous_view(o.data(), DType::F64, {3, 4}), {});
+  auto b = compare::compare(make_view(ct.data(), DType::F32, Device::CPU, 0, {3, 4}, {1, 3}),
+                            contiguous_view(o.data(), DType::F64, {3, 4}), {});
+  EXPECT_EQ(a.max_abs_idx, b.max_abs_idx);
+  EXPECT_EQ(a.sum_sq_err, b.sum_sq_err);
+  EXPECT_EQ(a.max_ulp, b.max_ulp);
+}
+
+TEST(Compare, RejectsMismatch) {
+  std::vector<float> c(4);
+  std::vector<double> o(6);
+  EXPECT_THROW(compare::compare(contiguous_view(c.data(), DType::F32, {4}), contiguous_view(o.data(), DType::F64, {6}), {}), Error);
+  std::vector<int32_t> iv(4);
+  EXPECT_THROW(compare::compare(contiguous_view(iv.data(), DType::I32, {4}), contiguous_view(o.data(), DType::F64, {4}), {}), Error);
+  EXPECT_THROW(compare::compare(contiguous_view(c.data(), DType::F32, {4}), contiguous_view(o.data(), DType::F64, {4}), {-1, 0}), Error);
+}
+
+TEST(Digest, LayoutFreeBitSensitive) {
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<float> at = {1, 4, 2, 5, 3, 6};  // transpose storage
+  const auto d1 = compare::digest(contiguous_view(a.data(), DType::F32, {2, 3}));
+  const auto d2 = compare::digest(make_view(at.data(), DType::F32, Device::CPU, 0, {2, 3}, {1, 2}));
+  EXPECT_EQ(d1, d2);
+  EXPECT_NE(d1, compare::digest(contiguous_view(a.data(), DType::F32, {3, 2})));  // shape matters
+  EXPECT_NE(d1, compare::digest(contiguous_view(a.data(), DType::I32, {2, 3})));  // dtype matters
+  std::vector<float> b = a;
+  uint32_t u;
+  memcpy(&u, &b[4], 4);
+  u ^= 1u;  // flip the last mantissa bit
+  memcpy(&b[4], &u, 4);
+  EXPECT_NE(d1, compare::digest(contiguous_view(b.data(), DType::F32, {2, 3})));
+  std::vector<float> sw = {2, 1, 3, 4, 5, 6};  // swapped elements: order matters
+  EXPECT_NE(d1, compare::digest(contiguous_view(sw.data(), DType::F32, {2, 3})));
+}

@@ -1,0 +1,157 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kverify/gates/rules.hpp"
+#include "kverify/record/stats_json.hpp"
+
+using namespace kverify;
+using gates::json;
+using gates::Verdict;
+
+namespace {
+json stats(double sum_sq_err, double sum_sq_ref, int64_t past = 0, int64_t nan_mm = 0, int64_t n = 100) {
+  compare::CompareStats s;
+  s.n = n;
+  s.sum_sq_err = sum_sq_err;
+  s.sum_sq_ref = sum_sq_ref;
+  s.n_past_bound = past;
+  s.first_past_bound = past ? 7 : -1;
+  s.nan_mismatch = nan_mm;
+  s.first_nan = nan_mm ? 3 : -1;
+  return record::to_json(s);
+}
+json tensor(std::vector<int> shape, std::string dtype = "float32") {
+  return json{{"kind", "tensor"}, {"shape", shape}, {"dtype", dtype}, {"device", "cpu"},
+              {"plain", true}, {"dense", true}, {"has_storage", true}};
+}
+}  // namespace
+
+TEST(G01, PassAndEachFailure) {
+  json m{{"exception", nullptr}, {"reference", {tensor({2, 3})}}, {"candidate", {tensor({2, 3})}}};
+  EXPECT_EQ(gates::judge_g01(m).verdict, Verdict::Pass);
+  auto bad = m;
+  bad["candidate"][0]["shape"] = {3, 2};
+  auto r = gates::judge_g01(bad);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_NE(r.summary.find("shape"), std::string::npos);
+  bad = m;
+  bad["candidate"][0]["dtype"] = "float64";
+  EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
+  bad = m;
+  bad["candidate"].push_back(tensor({1}));
+  EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
+  bad = m;
+  bad["candidate"][0]["dense"] = false;
+  EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
+  bad = m;
+  bad["exception"] = "RuntimeError: boom";
+  EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
+  EXPECT_TRUE(gates::judge_g01(m).tolerance_free);
+}
+
+TEST(G02, BoundCalibratedOnReference) {
+  compare::CompareStats ref;
+  ref.n = 4;
+  ref.sum_sq_ref = 4.0;        // rms 1
+  ref.sum_sq_err = 4.0e-10;    // normwise 1e-5
+  ref.max_abs_err = 1e-5;
+  auto b = gates::g02_bound(ref, DType::F32);
+  EXPECT_NEAR(b["normwise"].get<double>(), 16e-5, 1e-12);
+  EXPECT_NEAR(b["atol"].get<double>(), 16e-5, 1e-12);
+  EXPECT_DOUBLE_EQ(b["rtol"].get<double>(), 1e-5);
+  compare::CompareStats exact;  // exact reference: the dtype floor applies
+  exact.n = 4;
+  exact.sum_sq_ref = 4.0;
+  EXPECT_DOUBLE_EQ(gates::g02_bound(exact, DType::BF16)["normwise"].get<double>(), 1.6e-2);
+}
+
+TEST(G02, VerdictAndRatio) {
+  json bound{{"normwise", 1e-5}, {"atol", 1e-5}, {"rtol", 1e-5}};
+  auto run = [&](json cand) {
+    return json{{"runs", {{{"seed", 1}, {"outputs", {{{"index", 0}, {"candidate", cand}, {"reference", stats(0, 1)}, {"bound", bound}}}}}}}};
+  };
+  auto ok = gates::judge_g02(run(stats(1e-12, 1.0)));
+  EXPECT_EQ(ok.verdict, Verdict::Pass);
+  EXPECT_NEAR(ok.bound_ratio, 0.1, 1e-9);
+  auto zeros = gates::judge_g02(run(stats(1.0, 1.0, 100)));  // returning zeros: normwise 1
+  EXPECT_EQ(zeros.verdict, Verdict::Fail);
+  EXPECT_GT(zeros.bound_ratio, 100.0);
+  auto elem = gates::judge_g02(run(stats(1e-12, 1.0, 1)));  // one element past its bound
+  EXPECT_EQ(elem.verdict, Verdict::Fail);
+  auto nan = gates::judge_g02(run(stats(0, 1.0, 1, 1)));
+  EXPECT_EQ(nan.verdict, Verdict::Fail);
+  EXPECT_GT(nan.bound_ratio, 1e100);
+}
+
+TEST(G03, MismatchFailsAmbiguousSkipped) {
+  auto m = [](json cand, json ref) {
+    return json{{"runs", {{{"label", "NaN"}, {"seed", 2}, {"outputs", {{{"index", 0}, {"candidate", cand}, {"reference", ref}}}}}}}};
+  };
+  EXPECT_EQ(gates::judge_g03(m(stats(0, 1), stats(0, 1))).verdict, Verdict::Pass);
+  auto f = gates::judge_g03(m(stats(0, 1, 1, 5), stats(0, 1)));
+  EXPECT_EQ(f.verdict, Verdict::Fail);
+  EXPECT_EQ(f.evidence["nan_mismatch"], 5);
+  EXPECT_EQ(f.evidence["first_nan"], 3);
+  EXPECT_EQ(gates::judge_g03(m(stats(0, 1, 1, 5), stats(0, 1, 1, 5))).verdict, Verdict::NotApplicable);
+  EXPECT_EQ(gates::judge_g03(json{{"not_applicable", "no float inputs"}}).verdict, Verdict::NotApplicable);
+}
+
+TEST(G04, Determinism) {
+  json row = json::array({"aa", "bb"});
+  json same{{"runs", json::array({row, row, row})}, {"reference_deterministic", true}};
+  EXPECT_EQ(gates::judge_g04(same).verdict, Verdict::Pass);
+  json diff = same;
+  diff["runs"][2][1] = "cc";
+  auto r = gates::judge_g04(diff);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_EQ(r.evidence["run"], 2);
+  EXPECT_EQ(r.evidence["output"], 1);
+  diff["reference_deterministic"] = false;
+  EXPECT_EQ(gates::judge_g04(diff).verdict, Verdict::NotApplicable);
+}
+
+TEST(G07, Immutability) {
+  json m{{"tensors", {{{"name", "input 0"}, {"before", "a"}, {"after", "a"}}}}};
+  EXPECT_EQ(gates::judge_g07(m).verdict, Verdict::Pass);
+  m["tensors"][0]["after"] = "b";
+  m["tensors"][0]["changed"] = 3;
+  auto r = gates::judge_g07(m);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_NE(r.summary.find("input 0"), std::string::npos);
+}
+
+TEST(G08, FreshOutput) {
+  json m{{"outputs", {{{"index", 0}, {"sentinels", 0}, {"first", -1}, {"numel", 10}}}},
+         {"rewrite", {{"oracle_changed", true}, {"output_unchanged", false}, {"dist_to_new", 1e-7}, {"dist_to_old", 1.0}}}};
+  EXPECT_EQ(gates::judge_g08(m).verdict, Verdict::Pass);
+  auto s = m;
+  s["outputs"][0]["sentinels"] = 4;
+  EXPECT_EQ(gates::judge_g08(s).verdict, Verdict::Fail);
+  auto c = m;
+  c["rewrite"]["output_unchanged"] = true;
+  EXPECT_EQ(gates::judge_g08(c).verdict, Verdict::Fail);
+  c = m;
+  c["rewrite"]["dist_to_new"] = 2.0;
+  EXPECT_EQ(gates::judge_g08(c).verdict, Verdict::Fail);
+  c["rewrite"]["oracle_changed"] = false;  // nothing to detect when the oracle does not move
+  EXPECT_EQ(gates::judge_g08(c).verdict, Verdict::Pass);
+}
+
+TEST(Classify, Classes) {
+  using gates::make_result;
+  std::vector<gates::GateResult> rs{make_result("G01", "contract", true, Verdict::Pass, ""),
+                                    make_result("G02", "accuracy", false, Verdict::Pass, "")};
+  EXPECT_EQ(gates::classify(rs), "CLEAN");
+  rs[1].verdict = Verdict::Fail;
+  rs[1].bound_ratio = 3.0;
+  EXPECT_EQ(gates::classify(rs), "VIOLATION");
+  rs[1].bound_ratio = 300.0;
+  EXPECT_EQ(gates::classify(rs), "BROKEN");
+  rs[1].bound_ratio = 3.0;
+  rs[0].verdict = Verdict::Fail;
+  EXPECT_EQ(gates::classify(rs), "BROKEN");
+  rs[0].verdict = Verdict::NotApplicable;
+  rs[1].verdict = Verdict::Crash;
+  EXPECT_EQ(gates::classify(rs), "BROKEN");
+}
