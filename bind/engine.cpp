@@ -104,6 +104,19 @@ void register_engine(nb::module_& m) {
         nb::arg("tensor"), nb::arg("cuda_stream") = 0,
         "(count, first index or -1) of elements equal to the sentinel bit pattern.");
 
+  m.def("count_fresh",
+        [](nb::ndarray<> t, uintptr_t cuda_stream) {
+          const TensorView v = view_of(t);
+          int64_t first = -1, n = 0;
+          {
+            nb::gil_scoped_release nogil;
+            n = poison::count_bits(v, poison::fresh_bits(v.dtype), &first, as_stream(cuda_stream));
+          }
+          return std::make_pair(n, first);
+        },
+        nb::arg("tensor"), nb::arg("cuda_stream") = 0,
+        "(count, first index or -1) of elements holding the fresh-allocation pattern 0xA5.. (CPU, MALLOC_PERTURB_).");
+
   m.def("sentinel_bits", [](nb::ndarray<> t) { return poison::sentinel_bits(view_of(t).dtype); }, nb::arg("tensor"),
         "The sentinel bit pattern for the tensor's dtype.");
 }

@@ -22,13 +22,16 @@ void fill_sentinel(const TensorView& t, void* stream) {
 }
 
 int64_t count_sentinel(const TensorView& t, int64_t* first, void* stream) {
+  return count_bits(t, sentinel_bits(t.dtype), first, stream);
+}
+
+int64_t count_bits(const TensorView& t, uint64_t s, int64_t* first, void* stream) {
   if (t.device == Device::CUDA) {
-    KV_REQUIRE_CUDA("poison::count_sentinel");
+    KV_REQUIRE_CUDA("poison::count_bits");
 #if defined(KVERIFY_WITH_CUDA)
-    return cuda::count_sentinel(t, first, stream);
+    return cuda::count_bits(t, s, first, stream);
 #endif
   }
-  const uint64_t s = sentinel_bits(t.dtype);
   const int sz = dtype_size(t.dtype);
   const int64_t n = t.numel();
   const bool dense = t.is_contiguous();

@@ -155,3 +155,13 @@ TEST(Classify, Classes) {
   rs[1].verdict = Verdict::Crash;
   EXPECT_EQ(gates::classify(rs), "BROKEN");
 }
+
+TEST(Incomparable, FailsWithReason) {
+  json m{{"incomparable", "output 0 shape [3] differs from the reference's [4]"}, {"evidence", {{"output", 0}}}};
+  for (auto f : {gates::judge_g02, gates::judge_g03, gates::judge_g08}) {
+    auto r = f(m);
+    EXPECT_EQ(r.verdict, Verdict::Fail);
+    EXPECT_NE(r.summary.find("shape [3]"), std::string::npos);
+  }
+  EXPECT_GT(gates::judge_g02(m).bound_ratio, 100.0);
+}

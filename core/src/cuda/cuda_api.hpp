@@ -15,7 +15,7 @@ void fill(const TensorView& v, uint64_t seed, const synth::Distribution& d, void
 compare::CompareStats compare(const TensorView& c, const TensorView& o, const compare::Bound& b, void* stream);
 uint64_t digest_sum(const TensorView& t, void* stream);
 void fill_sentinel(const TensorView& t, void* stream);
-int64_t count_sentinel(const TensorView& t, int64_t* first, void* stream);
+int64_t count_bits(const TensorView& t, uint64_t pattern, int64_t* first, void* stream);
 
 }  // namespace kverify::cuda
 

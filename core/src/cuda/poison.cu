@@ -79,15 +79,15 @@ void fill_sentinel(const TensorView& t, void* stream) {
   KV_CUDA_CHECK("poison::fill_sentinel launch", cudaGetLastError());
 }
 
-int64_t count_sentinel(const TensorView& t, int64_t* first, void* stream) {
+int64_t count_bits(const TensorView& t, uint64_t pattern, int64_t* first, void* stream) {
   if (first) *first = compare::kNoIndex;
   if (t.numel() == 0) return 0;
   DeviceGuard g(t.device_id);
   auto s = static_cast<cudaStream_t>(stream);
   Scratch scratch(s, ~0ull);
-  sentinel_count_kernel<<<grid_for(t.numel(), 8), kThreads, 0, s>>>(t, poison::sentinel_bits(t.dtype), dtype_size(t.dtype),
+  sentinel_count_kernel<<<grid_for(t.numel(), 8), kThreads, 0, s>>>(t, pattern, dtype_size(t.dtype),
                                                                     t.is_contiguous(), scratch.d, scratch.d + 1);
-  KV_CUDA_CHECK("poison::count_sentinel launch", cudaGetLastError());
+  KV_CUDA_CHECK("poison::count_bits launch", cudaGetLastError());
   unsigned long long h[2];
   scratch.read(h);
   if (first) *first = h[0] ? static_cast<int64_t>(h[1]) : compare::kNoIndex;

@@ -34,6 +34,8 @@ json g02_bound(const compare::CompareStats& ref, DType dtype) {
 }
 
 GateResult judge_g02(const json& m) {
+  GateResult early;
+  if (incomparable(m, "G02", "accuracy", false, early)) return early;
   double worst = 0.0;
   json worst_ev;
   int checked = 0;

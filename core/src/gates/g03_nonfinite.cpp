@@ -6,6 +6,8 @@
 namespace kverify::gates {
 
 GateResult judge_g03(const json& m) {
+  GateResult early;
+  if (incomparable(m, "G03", "nonfinite", true, early)) return early;
   if (m.contains("not_applicable"))
     return make_result("G03", "nonfinite", true, Verdict::NotApplicable, m.at("not_applicable").get<std::string>());
   int judged = 0, skipped = 0;

@@ -7,6 +7,8 @@
 namespace kverify::gates {
 
 GateResult judge_g08(const json& m) {
+  GateResult early;
+  if (incomparable(m, "G08", "fresh-output", true, early)) return early;
   for (const auto& o : m.at("outputs")) {
     const int64_t n = o.at("sentinels").get<int64_t>();
     if (n > 0)

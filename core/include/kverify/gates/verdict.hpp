@@ -99,6 +99,19 @@ inline GateResult make_result(const std::string& gate, const std::string& name, 
   return r;
 }
 
+/// Measurements may carry {"incomparable": "why", "evidence": {...}} when an output cannot be
+/// compared at all (not a tensor, wrong shape): the gate fails with that reason. Returns true and
+/// sets `out` in that case.
+inline bool incomparable(const json& m, const std::string& gate, const std::string& name, bool tolerance_free,
+                         GateResult& out) {
+  if (!m.contains("incomparable")) return false;
+  out = make_result(gate, name, tolerance_free, Verdict::Fail,
+                    "output not comparable: " + m.at("incomparable").get<std::string>(),
+                    m.value("evidence", json::object()));
+  out.bound_ratio = tolerance_free ? 0.0 : 1e300;
+  return true;
+}
+
 /// printf into a std::string (summaries).
 std::string format(const char* fmt, ...);
 

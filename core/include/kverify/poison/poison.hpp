@@ -29,11 +29,26 @@ KV_HD uint64_t sentinel_bits(DType t) {
   }
 }
 
+/// Bits of a fresh glibc allocation under MALLOC_PERTURB_=0x5A (every byte 0xA5): what an
+/// unwritten CPU output holds when the worker runs with that setting (kverify.sandbox). Only
+/// counted for 4- and 8-byte types, where the value (fp32 -2.9e-16, fp64 -1.3e-106) is implausible.
+KV_HD uint64_t fresh_bits(DType t) {
+  switch (dtype_size(t)) {
+    case 8: return 0xA5A5A5A5A5A5A5A5ull;
+    case 4: return 0xA5A5A5A5ull;
+    case 2: return 0xA5A5ull;
+    default: return 0xA5ull;
+  }
+}
+
 /// Write the sentinel into every element of `t` (CUDA: on `stream`, asynchronously).
 void fill_sentinel(const TensorView& t, void* stream = nullptr);
 
 /// Count elements of `t` whose bits equal the sentinel; `first` receives the smallest logical
 /// index found or -1. CUDA: waits for `stream`.
 int64_t count_sentinel(const TensorView& t, int64_t* first = nullptr, void* stream = nullptr);
+
+/// Count elements of `t` whose raw bits equal `pattern` (zero-extended); `first` as above.
+int64_t count_bits(const TensorView& t, uint64_t pattern, int64_t* first = nullptr, void* stream = nullptr);
 
 }  // namespace kverify::poison

@@ -1,0 +1,5 @@
+import sys
+
+from kverify.cli import main
+
+sys.exit(main())

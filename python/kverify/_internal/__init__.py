@@ -1,0 +1,1 @@
+"""Internal modules: the candidate worker process and its helpers. Not a public API."""

@@ -1,0 +1,131 @@
+"""`kverify check`: run the gates and the standard test on one candidate and build its report.
+
+Flow: load the problem (parent) -> input specs at the problem's own shape -> each gate plans
+jobs -> the candidate's process runs all jobs (kverify.sandbox) -> each gate judges its
+measurements against the fp64 oracle computed here -> the standard test runs in its own process.
+"""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+
+import torch
+
+from kverify import _core
+from kverify.errors import UsageError
+from kverify.gates import GATES
+from kverify.gates.base import Context
+from kverify.problem import Oracle, Problem
+from kverify.sandbox import Sandbox
+
+STANDARD_TRIALS = 5
+
+
+def _result(gate_mod, verdict: str, summary: str, evidence: dict | None = None) -> dict:
+    return {"gate": gate_mod.GATE, "name": gate_mod.NAME, "tolerance_free": gate_mod.TOLERANCE_FREE,
+            "verdict": verdict, "summary": summary, "evidence": evidence or {}, "bound_ratio": 0.0}
+
+
+def resolve_device(device: str | None) -> str:
+    """"cuda" when available and not asked otherwise. Raises UsageError for cuda without a GPU."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible to torch")
+    return device
+
+
+def resolve_gates(spec: str | None) -> list[str]:
+    """Gate ids from "G01,G03" (all implemented gates when None). Raises UsageError."""
+    if not spec:
+        return list(GATES)
+    ids = [g.strip().upper() for g in spec.split(",") if g.strip()]
+    bad = [g for g in ids if g not in GATES]
+    if bad:
+        raise UsageError(f"unknown gate(s) {', '.join(bad)}; available: {', '.join(GATES)}")
+    return [g for g in GATES if g in ids]
+
+
+def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
+          device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,
+          tolerance: float = 1e-2, standard: bool = True, workdir=None) -> dict:
+    """Run the gates and the standard test; returns the CheckReport as a dict (core JSON form).
+
+    Raises:
+        LoadError: the reference or the candidate cannot be loaded (names the file and reason).
+        UsageError: bad device or gate ids.
+    """
+    t0 = time.monotonic()
+    device = resolve_device(device)
+    gate_ids = gates or list(GATES)
+    problem = Problem(reference_source, reference_path, tolerance)
+    specs = problem.input_specs(seed)
+    ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device))
+    kw = dict(reference_source=reference_source, reference_path=reference_path,
+              candidate_source=candidate_source, candidate_path=candidate_path,
+              device=device, seed=seed, timeout=timeout, tolerance=tolerance)
+    if workdir is not None:
+        kw["workdir"] = workdir
+    sandbox = Sandbox(**kw)
+
+    plans: dict[str, list[dict]] = {}
+    results: dict[str, dict] = {}
+    for g in gate_ids:
+        mod = GATES[g]
+        reason = mod.applies(ctx)
+        if reason:
+            results[g] = _result(mod, "N/A", reason)
+        else:
+            plans[g] = mod.plan(ctx)
+    jobs = [j for g in plans for j in plans[g]]
+    outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
+    t_run = time.monotonic()
+
+    for g, plan in plans.items():
+        mod = GATES[g]
+        mine = {j["id"]: outcomes[j["id"]] for j in plan}
+        bad = next((o for o in mine.values() if o.status != "ok"), None)
+        if bad is not None:
+            verdict = "CRASH" if bad.status == "crash" else "TIMEOUT"
+            results[g] = _result(mod, verdict, bad.detail[:300], {"detail": bad.detail})
+            continue
+        errors = [o.result["error"] for o in mine.values() if "error" in o.result]
+        if errors:
+            results[g] = _result(mod, "ERROR", "kverify fault in the worker: " + errors[0].strip().splitlines()[-1],
+                                 {"traceback": errors[0]})
+            continue
+        exc = next((o.result["exception"] for o in mine.values() if "exception" in o.result), None)
+        if exc and g != "G01":
+            results[g] = _result(mod, "UNSUPPORTED", f"candidate raised {exc}", {"exception": exc})
+            continue
+        try:
+            results[g] = mod.judge(ctx, {k: o.result for k, o in mine.items()})
+        except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
+            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
+                                 {"traceback": traceback.format_exc()[-2000:]})
+
+    std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    if standard:
+        job = {"kind": "standard", "id": "standard", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+        o = sandbox.run([job], tag="standard")[0]
+        if o.status == "ok" and "error" not in o.result:
+            std.update(verdict=o.result["verdict"], summary=o.result["summary"])
+        elif o.status == "ok":
+            std.update(verdict="ERROR", summary=o.result["error"].strip().splitlines()[-1])
+        else:
+            std.update(verdict="CRASH" if o.status == "crash" else "TIMEOUT", summary=o.detail[:300])
+
+    report = {"reference": reference_path, "candidate": candidate_path, "device": device, "seed": seed,
+              "gates": [results[g] for g in gate_ids], "standard": std,
+              "meta": {"free_dimensions": problem.dims, "torch": torch.__version__,
+                       "inputs": [s.to_json() for s in specs],
+                       "seconds": {"candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3)}}}
+    return json.loads(_core.report_json(json.dumps(report)))
+
+
+def exit_code(report: dict) -> int:
+    """0 when every gate passed (or was N/A / UNSUPPORTED), 1 on any FAIL, CRASH, TIMEOUT or ERROR."""
+    return 1 if any(g["verdict"] in ("FAIL", "CRASH", "TIMEOUT", "ERROR") for g in report["gates"]) else 0

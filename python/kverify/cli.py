@@ -1,0 +1,100 @@
+"""Command line: `kverify check`, `kverify demo`.
+
+Exit codes: 0 every gate passed (or N/A / UNSUPPORTED); 1 any FAIL, CRASH, TIMEOUT or ERROR;
+2 usage or loader error (missing file, syntax error, no Model/ModelNew, compile failure, a
+candidate that exits or crashes while loading) — always a one-line message, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from kverify.errors import KverifyError, LoadError, UsageError
+
+
+def _read(path: str, what: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise LoadError(path, f"{what} file not found")
+    try:
+        return p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LoadError(path, f"cannot read {what}: {e}") from None
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    p.add_argument("--gates", default=None, help="comma-separated gate ids, e.g. G01,G03 (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of weights and inputs (default 0)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per candidate job (default 120)")
+
+
+def cmd_check(a) -> int:
+    from kverify.check import check, exit_code, resolve_gates
+    from kverify.report import print_report, write_json
+
+    if a.corpus:
+        from kverify.corpus import load_row
+
+        if not a.id or a.reference or a.candidate:
+            raise UsageError("--corpus FILE needs --id ID and no REF/CAND paths")
+        row = load_row(a.corpus, a.id)
+        ref_path, cand_path = row.paths(a.corpus)
+        ref_src, cand_src, tol = row.reference, row.candidate, a.tol if a.tol else row.tolerance
+    else:
+        if not (a.reference and a.candidate):
+            raise UsageError("give REF and CAND files, or --corpus FILE --id ID")
+        ref_src, cand_src = _read(a.reference, "reference"), _read(a.candidate, "candidate")
+        ref_path, cand_path, tol = a.reference, a.candidate, a.tol or 1e-2
+    report = check(ref_src, ref_path, cand_src, cand_path, device=a.device, gates=resolve_gates(a.gates),
+                   seed=a.seed, timeout=a.timeout, tolerance=tol)
+    print_report(report, verbose=a.verbose)
+    if a.json:
+        write_json(report, a.json)
+    return exit_code(report)
+
+
+def cmd_demo(a) -> int:
+    from kverify.demo import run_demo
+
+    return run_demo(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kverify", description="Contract-grade verification of GPU kernels.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="check one candidate against its reference")
+    c.add_argument("reference", nargs="?", help="KernelBench reference file (class Model)")
+    c.add_argument("candidate", nargs="?", help="candidate file (class ModelNew)")
+    c.add_argument("--corpus", help="corpus JSONL file; use with --id")
+    c.add_argument("--id", help="row id in --corpus")
+    c.add_argument("--tol", type=float, default=None, help="standard test atol=rtol (default: corpus row's, else 1e-2)")
+    c.add_argument("--json", help="write the report as JSON to this file")
+    c.add_argument("-v", "--verbose", action="store_true", help="print full evidence")
+    _add_common(c)
+    c.set_defaults(func=cmd_check)
+    d = sub.add_parser("demo", help="check the embedded example problems and planted defects")
+    _add_common(d)
+    d.add_argument("--jobs", type=int, default=2, help="candidates checked in parallel (default 2)")
+    d.set_defaults(func=cmd_demo)
+    try:
+        a = ap.parse_args(argv)
+        return a.func(a)
+    except LoadError as e:
+        Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False)
+        return 2
+    except UsageError as e:
+        Console(stderr=True).print(f"[bold red]kverify: usage:[/] {e}", highlight=False)
+        return 2
+    except KverifyError as e:
+        Console(stderr=True).print(f"[bold red]kverify:[/] {e}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

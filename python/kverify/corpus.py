@@ -1,0 +1,57 @@
+"""The accepted-kernel corpus (JSONL, one row per accepted candidate; see the corpus README):
+fields `id`, `reference`, `candidate`, `harness.allclose_tol`, `problem_name`, `level`, ..."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from kverify.errors import LoadError
+
+REQUIRED = ("id", "reference", "candidate")
+
+
+@dataclass
+class CorpusRow:
+    id: str
+    reference: str
+    candidate: str
+    tolerance: float
+    row: dict
+
+    def paths(self, file: str) -> tuple[str, str]:
+        """Display names of the reference and candidate: FILE#ID:reference / :candidate."""
+        return f"{file}#{self.id}:reference", f"{file}#{self.id}:candidate"
+
+
+def iter_rows(file: str):
+    """Yield (line number, row dict). Raises LoadError naming the file, line and reason."""
+    p = Path(file)
+    if not p.is_file():
+        raise LoadError(file, "no such corpus file")
+    with p.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise LoadError(f"{file}:{n}", f"not valid JSON: {e.msg} (column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise LoadError(f"{file}:{n}", "row is not a JSON object")
+            yield n, row
+
+
+def load_row(file: str, row_id: str) -> CorpusRow:
+    """The row with ``id == row_id``. Raises LoadError (file, field, reason) when absent or malformed."""
+    for n, row in iter_rows(file):
+        if row.get("id") != row_id:
+            continue
+        for k in REQUIRED:
+            if not isinstance(row.get(k), str):
+                raise LoadError(f"{file}:{n}", f"field '{k}' missing or not a string")
+        tol = (row.get("harness") or {}).get("allclose_tol", 1e-2)
+        if not isinstance(tol, (int, float)) or tol <= 0:
+            raise LoadError(f"{file}:{n}", f"field 'harness.allclose_tol' must be a positive number, got {tol!r}")
+        return CorpusRow(row["id"], row["reference"], row["candidate"], float(tol), row)
+    raise LoadError(file, f"no row with id '{row_id}'")

@@ -1,0 +1,263 @@
+"""KernelBench problems: loading a reference file and a candidate file, free dimensions, input
+specifications, weights and the fp64 oracle.
+
+A reference file defines ``class Model``, module-level size constants, ``get_inputs()`` and
+``get_init_inputs()``; a candidate file defines ``class ModelNew``. Free dimensions are the
+top-level integer constants that ``get_inputs``/``get_init_inputs`` read (directly or through
+other top-level functions); rebinding them in the module namespace gives new shapes.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import math
+import sys
+import types
+from dataclasses import dataclass, field
+
+import torch
+
+from kverify.engine import Dist
+from kverify.errors import LoadError
+
+
+def derive_seed(seed: int, label: str) -> int:
+    """A 63-bit seed derived from (seed, label) — stable across processes and machines."""
+    h = hashlib.sha256(f"{seed}/{label}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & (2**63 - 1)
+
+
+def _compile(source: str, path: str, what: str) -> types.CodeType:
+    try:
+        return compile(source, path, "exec")
+    except SyntaxError as e:
+        raise LoadError(path, f"{what} is not valid Python: {e.msg} (line {e.lineno})") from None
+
+
+def exec_module(source: str, path: str, name: str, what: str) -> types.ModuleType:
+    """Execute ``source`` as a fresh module named ``name``. Raises LoadError naming ``path`` when
+    it does not parse or raises while running (e.g. a compile error in ``load_inline``)."""
+    code = _compile(source, path, what)
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    sys.modules[name] = mod  # some files pickle or inspect their own module
+    try:
+        exec(code, mod.__dict__)
+    except SystemExit as e:
+        raise LoadError(path, f"{what} called exit({e.code}) while loading") from None
+    except Exception as e:  # noqa: BLE001 — any failure of foreign code is a load error
+        msg = str(e).strip().splitlines()
+        first = next((l for l in msg if "error" in l.lower()), msg[0] if msg else "")
+        raise LoadError(path, f"{what} raised {type(e).__name__} while loading: {first[:300]}",
+                        detail=str(e)[-4000:]) from None
+    return mod
+
+
+def free_dimensions(source: str) -> dict[str, int]:
+    """Top-level ``NAME = <int expression>`` constants read by get_inputs/get_init_inputs (or by
+    top-level functions they call). Values are evaluated from literals and earlier constants."""
+    tree = ast.parse(source)
+    consts: dict[str, int] = {}
+    funcs: dict[str, ast.FunctionDef] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                val = eval(compile(ast.Expression(node.value), "<dim>", "eval"), {"__builtins__": {}}, dict(consts))
+            except Exception:  # noqa: BLE001 — not a constant expression
+                continue
+            if isinstance(val, int) and not isinstance(val, bool):
+                consts[node.targets[0].id] = val
+        elif isinstance(node, ast.FunctionDef):
+            funcs[node.name] = node
+    used: set[str] = set()
+    todo = [f for f in ("get_inputs", "get_init_inputs") if f in funcs]
+    seen: set[str] = set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for n in ast.walk(funcs[f]):
+            if isinstance(n, ast.Name):
+                used.add(n.id)
+                if n.id in funcs:
+                    todo.append(n.id)
+    return {k: v for k, v in consts.items() if k in used}
+
+
+@dataclass
+class InputSpec:
+    """One positional input: a tensor synthesised from (seed, dist) or a plain value."""
+
+    kind: str                      # "tensor" or "value"
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"         # torch dtype name
+    dist: Dist = field(default_factory=Dist)
+    value: object = None
+
+    def to_json(self) -> dict:
+        if self.kind == "value":
+            return {"kind": "value", "value": self.value}
+        return {"kind": "tensor", "shape": list(self.shape), "dtype": self.dtype, "dist": self.dist.to_json()}
+
+    @staticmethod
+    def from_json(d: dict) -> "InputSpec":
+        if d["kind"] == "value":
+            return InputSpec("value", value=d["value"])
+        return InputSpec("tensor", tuple(d["shape"]), d["dtype"], Dist.from_json(d["dist"]))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def infer_dist(t: torch.Tensor) -> Dist:
+    """A distribution resembling a sample drawn by get_inputs (torch.rand, randn, randint...)."""
+    if t.dtype == torch.bool:
+        return Dist("uniform_int", 0, 1)
+    if not t.is_floating_point():
+        if t.numel() == 0:
+            return Dist("uniform_int", 0, 0)
+        return Dist("uniform_int", float(t.min()), float(t.max()))
+    x = t.detach().double()
+    x = x[torch.isfinite(x)]
+    if x.numel() == 0:
+        return Dist("normal", 0.0, 1.0)
+    lo, hi = float(x.min()), float(x.max())
+    if lo >= 0.0:
+        return Dist("uniform", 0.0, 1.0 if hi <= 1.0 else float(math.ceil(hi)))
+    mean, std = float(x.mean()), float(x.std()) if x.numel() > 1 else 1.0
+    if abs(mean) < 0.25 and 0.75 < std < 1.25:
+        return Dist("normal", 0.0, 1.0)
+    return Dist("normal", round(mean, 3), max(round(std, 3), 1e-3))
+
+
+def _jsonable(v: object) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_jsonable(x) for x in v)
+    return False
+
+
+class Problem:
+    """A KernelBench reference problem.
+
+    Args:
+        source: text of the reference file.
+        path: where it came from (file path or ``corpus#id``), used in every error message.
+        tolerance: atol = rtol of the harness's ``allclose`` (the standard test).
+    Raises:
+        LoadError: not valid Python, raises on load, or lacks Model / get_inputs / get_init_inputs.
+    """
+
+    def __init__(self, source: str, path: str, tolerance: float = 1e-2):
+        self.source, self.path, self.tolerance = source, path, tolerance
+        self.module = exec_module(source, path, "kverify_reference", "reference")
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(self.module, name):
+                raise LoadError(path, f"reference defines no {name}")
+        try:
+            self.dims = free_dimensions(source)
+        except SyntaxError as e:  # already parsed above; defensive
+            raise LoadError(path, f"reference is not valid Python: {e}") from None
+
+    def bind(self, binding: dict[str, int] | None) -> None:
+        """Set free dimensions (unknown names raise LoadError); None restores the defaults."""
+        for k, v in {**self.dims, **(binding or {})}.items():
+            if k not in self.dims:
+                raise LoadError(self.path, f"'{k}' is not a free dimension (free: {sorted(self.dims)})")
+            setattr(self.module, k, int(v))
+
+    def init_inputs(self, seed: int) -> list:
+        torch.manual_seed(seed)
+        return list(self.module.get_init_inputs())
+
+    def input_specs(self, seed: int, binding: dict[str, int] | None = None) -> list[InputSpec]:
+        """Specs of get_inputs() at ``binding``: each tensor's shape, dtype and a distribution
+        inferred from one sample drawn with ``seed``. Raises LoadError for unsupported inputs."""
+        self.bind(binding)
+        torch.manual_seed(seed)
+        try:
+            sample = list(self.module.get_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise LoadError(self.path, f"get_inputs() raised {type(e).__name__}: {e}") from None
+        specs = []
+        for i, x in enumerate(sample):
+            if isinstance(x, torch.Tensor):
+                specs.append(InputSpec("tensor", tuple(x.shape), str(x.dtype).replace("torch.", ""), infer_dist(x)))
+            elif _jsonable(x):
+                specs.append(InputSpec("value", value=x))
+            else:
+                raise LoadError(self.path, f"get_inputs() item {i} is a {type(x).__name__}; "
+                                           "only tensors and plain values are supported")
+        return specs
+
+    def reference_model(self, seed: int, device: str) -> torch.nn.Module:
+        """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
+        init = self.init_inputs(seed)
+        torch.manual_seed(seed)
+        return self.module.Model(*init).to(device).eval()
+
+
+def synthesize(specs: list[InputSpec], seed: int, device: str, dtype_override: dict | None = None) -> list:
+    """Inputs from specs: tensor i is drawn from (derive_seed(seed, "input"), dist, stream i+1)
+    by the core generator — the same bits in every process and on every device."""
+    from kverify import engine
+
+    s = derive_seed(seed, "input")
+    out = []
+    for i, sp in enumerate(specs):
+        if sp.kind == "value":
+            out.append(copy.deepcopy(sp.value))
+            continue
+        t = torch.empty(sp.shape, dtype=sp.torch_dtype, device=device)
+        engine.fill(t, s, sp.dist, stream_id=i + 1)
+        out.append(t)
+    return out
+
+
+def upcast(x):
+    """fp64 copy of a float tensor (other values unchanged) — the oracle's inputs."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().double()
+    return x
+
+
+def as_outputs(y) -> list:
+    """A model's return value as a list of outputs."""
+    if isinstance(y, (list, tuple)):
+        return list(y)
+    return [y]
+
+
+class Oracle:
+    """The reference in float64 on upcast inputs/parameters/buffers, plus the low-precision
+    reference itself (its error against the oracle calibrates the accuracy bounds)."""
+
+    def __init__(self, problem: Problem, seed: int, device: str):
+        self.problem, self.seed, self.device = problem, seed, device
+        self._models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
+
+    def _pair(self, binding: dict | None):
+        key = repr(sorted((binding or {}).items()))
+        if key not in self._models:
+            self.problem.bind(binding)
+            ref = self.problem.reference_model(self.seed, self.device)
+            self._models[key] = (ref, copy.deepcopy(ref).double())
+        return self._models[key]
+
+    @torch.no_grad()
+    def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
+        """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
+        ref, ora = self._pair(binding)
+        self.problem.bind(binding)
+        low = as_outputs(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+        high = as_outputs(ora(*[upcast(x) for x in inputs]))
+        return [h.detach() if isinstance(h, torch.Tensor) else h for h in high], \
+               [l.detach() if isinstance(l, torch.Tensor) else l for l in low]

@@ -1,0 +1,59 @@
+"""Terminal and JSON views of check reports (JSON is the source of truth)."""
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+STYLE = {"PASS": "green", "FAIL": "bold red", "CRASH": "bold red", "TIMEOUT": "bold red", "ERROR": "magenta",
+         "UNSUPPORTED": "yellow", "N/A": "dim"}
+
+
+def verdict_text(v: str) -> str:
+    return f"[{STYLE.get(v, '')}]{v}[/]"
+
+
+def gate_table(report: dict, verbose: bool = False) -> Table:
+    """One row per gate (verdict, one-line evidence), then the standard test, then the class."""
+    t = Table(title=f"{report['candidate']}  vs  {report['reference']}  [{report['device']}]", title_justify="left")
+    t.add_column("gate")
+    t.add_column("name")
+    t.add_column("verdict")
+    t.add_column("evidence", overflow="fold")
+    for g in report["gates"]:
+        ev = g["summary"]
+        vals = g.get("evidence", {}).get("values")
+        if vals and g["verdict"] == "FAIL":
+            ev += f"  [index {vals['index']}: candidate {vals['candidate']}, oracle {vals['oracle']}]"
+        if verbose and g.get("evidence"):
+            ev += "\n" + json.dumps(g["evidence"], default=str)[:2000]
+        t.add_row(g["gate"], g["name"], verdict_text(g["verdict"]), escape(ev))
+    s = report["standard"]
+    t.add_row("std", "standard test", verdict_text(s["verdict"]), escape(s["summary"]), end_section=True)
+    t.add_row("", "class", f"[bold]{report['class']}[/]", "")
+    return t
+
+
+def replay_command(report: dict) -> str | None:
+    """A command that reruns the failing gates with the same seed, or None when nothing failed."""
+    failed = [g["gate"] for g in report["gates"] if g["verdict"] in ("FAIL", "CRASH", "TIMEOUT", "ERROR")]
+    if not failed:
+        return None
+    src = report.get("meta", {}).get("replay_source") or f"{report['reference']} {report['candidate']}"
+    return f"kverify check {src} --device {report['device']} --seed {report['seed']} --gates {','.join(failed)} -v"
+
+
+def print_report(report: dict, verbose: bool = False, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(gate_table(report, verbose))
+    cmd = replay_command(report)
+    if cmd:
+        console.print(f"replay: {escape(cmd)}", highlight=False, soft_wrap=True)
+
+
+def write_json(report: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")

@@ -1,0 +1,205 @@
+"""Candidate isolation (DESIGN.md "Isolation"): the candidate runs in a child process that holds
+no expected output; a crash, hang or exit of the candidate is a verdict, never a crash of kverify.
+
+The parent writes the job list; the child (kverify._internal.worker) reports each finished job on
+a status pipe. When the child dies during job k, job k is CRASH and a new child resumes at k+1;
+when job k outlives its timeout the child's process group is killed, job k is TIMEOUT and a new
+child resumes at k+1.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kverify.errors import LoadError
+
+#: glibc, CPU runs (G08): every fresh allocation is filled with 0xA5 bytes (MALLOC_PERTURB_=0x5A;
+#: glibc fills with the complement) and the per-thread cache, which skips that fill, is off.
+CPU_MALLOC_ENV = {"MALLOC_PERTURB_": str(0x5A), "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+
+
+def extension_cache(candidate_source: str) -> Path:
+    """Per-candidate TORCH_EXTENSIONS_DIR, keyed by the source and torch version, so candidates
+    that reuse an extension name never collide and a rerun reuses the compiled module."""
+    key = hashlib.sha256((candidate_source + torch.__version__ + sys.version).encode()).hexdigest()[:20]
+    root = Path(os.environ.get("KVERIFY_CACHE", Path.home() / ".cache" / "kverify"))
+    return root / "ext" / key
+
+
+@dataclass
+class Outcome:
+    """What became of one job: status "ok" (result holds the worker's dict), "crash" or
+    "timeout" (detail says how: exit code or signal, and the tail of the candidate's output)."""
+
+    status: str
+    result: dict | None = None
+    detail: str = ""
+
+
+@dataclass
+class Sandbox:
+    """Runs jobs against one candidate in isolated worker processes.
+
+    Args:
+        reference_source / reference_path: the problem file's text and its display name.
+        candidate_source / candidate_path: the candidate's text and its display name.
+        device: "cpu" or "cuda".
+        seed: base seed (weights and inputs derive from it).
+        timeout: seconds allowed per job (the candidate's calls in it).
+        load_timeout: seconds allowed to import/compile the candidate.
+    """
+
+    reference_source: str
+    reference_path: str
+    candidate_source: str
+    candidate_path: str
+    device: str = "cpu"
+    seed: int = 0
+    timeout: float = 120.0
+    load_timeout: float = 900.0
+    tolerance: float = 1e-2
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kverify-")))
+
+    def __post_init__(self):
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "reference.py").write_text(self.reference_source)
+        (self.workdir / "candidate.py").write_text(self.candidate_source)
+        self._launches = 0
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env["TORCH_EXTENSIONS_DIR"] = str(extension_cache(self.candidate_source))
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.device == "cpu":
+            env.update(CPU_MALLOC_ENV)
+        return env
+
+    def run(self, jobs: list[dict], tag: str = "gates") -> list[Outcome]:
+        """Run ``jobs`` in order; returns one Outcome per job.
+
+        Raises:
+            LoadError: the candidate cannot be loaded (syntax, missing ModelNew, compile error,
+                exit or crash while loading, load timeout).
+        """
+        jobdir = self.workdir / tag
+        jobdir.mkdir(exist_ok=True)
+        outcomes: list[Outcome | None] = [None] * len(jobs)
+        start = 0
+        while start < len(jobs):
+            start = self._launch(jobs, start, jobdir, outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _launch(self, jobs, start, jobdir: Path, outcomes) -> int:
+        spec = {"reference": {"file": str(self.workdir / "reference.py"), "path": self.reference_path},
+                "candidate": {"file": str(self.workdir / "candidate.py"), "path": self.candidate_path},
+                "device": self.device, "seed": self.seed, "tolerance": self.tolerance,
+                "jobs": jobs, "start": start}
+        (jobdir / "spec.json").write_text(json.dumps(spec))
+        (jobdir / "load_error.json").unlink(missing_ok=True)
+        self._launches += 1
+        log_path = jobdir / f"worker_{self._launches}.log"
+        rfd, wfd = os.pipe()
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=(wfd,), env=self._env(), start_new_session=True)
+        os.close(wfd)
+        reader = _Lines(rfd)
+        try:
+            line = reader.next(self.load_timeout)
+            if line != "loaded":
+                self._kill(proc)
+                self._raise_load_error(jobdir, proc, line, log_path)
+            for k in range(start, len(jobs)):
+                line = reader.next(self.timeout)
+                if line == f"done {k}":
+                    outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False))
+                    continue
+                if line is None:  # timed out
+                    self._kill(proc)
+                    outcomes[k] = Outcome("timeout", detail=f"no result after {self.timeout:g} s; "
+                                                            f"output tail: {_tail(log_path)}")
+                else:  # EOF: the process ended during job k
+                    rc = proc.wait()
+                    outcomes[k] = Outcome("crash", detail=f"{_describe_exit(rc)} during the call; "
+                                                          f"output tail: {_tail(log_path)}")
+                return k + 1
+            proc.wait(timeout=60)
+            return len(jobs)
+        finally:
+            reader.close()
+            if proc.poll() is None:
+                self._kill(proc)
+
+    def _raise_load_error(self, jobdir: Path, proc, line, log_path: Path):
+        err = jobdir / "load_error.json"
+        if err.exists():
+            e = json.loads(err.read_text())
+            raise LoadError(e["path"], e["reason"], e.get("detail", ""))
+        if line is None:
+            raise LoadError(self.candidate_path, f"loading/compiling took longer than {self.load_timeout:g} s")
+        rc = proc.wait()
+        raise LoadError(self.candidate_path, f"candidate {_describe_exit(rc)} while loading; "
+                                             f"output tail: {_tail(log_path)}")
+
+    @staticmethod
+    def _kill(proc) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+class _Lines:
+    """Line reader over a pipe with per-line timeouts (None on timeout, "" on EOF)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def next(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                return ""
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def close(self):
+        os.close(self.fd)
+
+
+def _describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with code {rc}"
+
+
+def _tail(path: Path, n: int = 300) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return " | ".join(text[-n:].splitlines()[-4:])

@@ -1,0 +1,98 @@
+"""`kverify check` end to end on the CPU: exit codes, clear errors, CRASH and TIMEOUT verdicts."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kverify.examples import ROOT
+
+RELU = ROOT / "relu"
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "kverify", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def cand(tmp_path: Path, body: str, name="cand.py") -> Path:
+    p = tmp_path / name
+    p.write_text("import torch\nimport torch.nn as nn\n" + body)
+    return p
+
+
+def test_correct_candidate_passes_and_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    r = run("check", RELU / "reference.py", RELU / "correct.py", "--device", "cpu", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    assert rep["class"] == "CLEAN" and rep["standard"]["verdict"] == "PASS"
+    assert [g["gate"] for g in rep["gates"]] == ["G01", "G02", "G03", "G04", "G07", "G08"]
+
+
+def test_nan_to_zero_fails_g03_while_standard_passes(tmp_path):
+    out = tmp_path / "r.json"
+    r = run("check", RELU / "reference.py", RELU / "g03_fmax.py", "--device", "cpu", "--json", out)
+    assert r.returncode == 1
+    rep = json.loads(out.read_text())
+    g03 = next(g for g in rep["gates"] if g["gate"] == "G03")
+    assert g03["verdict"] == "FAIL" and g03["evidence"]["nan_mismatch"] > 0
+    assert g03["evidence"]["values"]["oracle"] == "nan" and g03["evidence"]["values"]["candidate"] == 0.0
+    assert rep["standard"]["verdict"] == "PASS"
+    assert "replay: kverify check" in r.stdout
+
+
+@pytest.mark.parametrize("setup,needle", [
+    (lambda t: (t / "missing.py", RELU / "correct.py"), "reference file not found"),
+    (lambda t: (RELU / "reference.py", cand(t, "class ModelNew(:\n")), "not valid Python"),
+    (lambda t: (RELU / "reference.py", cand(t, "class Other(nn.Module): pass\n")), "no ModelNew"),
+    (lambda t: (RELU / "reference.py", cand(t, "import sys\nsys.exit(4)\n")), "exit(4)"),
+    (lambda t: (RELU / "reference.py", cand(t, "import os\nos._exit(7)\n")), "exited with code 7"),
+    (lambda t: (RELU / "reference.py", cand(t, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")),
+     "SIGSEGV"),
+    (lambda t: (RELU / "reference.py", cand(t, "raise ImportError('nvcc failed: error: x')\n")), "nvcc failed"),
+])
+def test_bad_input_is_exit_2_with_file_and_reason(tmp_path, setup, needle):
+    ref, c = setup(tmp_path)
+    r = run("check", ref, c, "--device", "cpu")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert str(c.name if "missing" not in str(ref) else ref.name) in r.stderr
+
+
+def test_crash_and_timeout_are_verdicts(tmp_path):
+    body = ("class ModelNew(nn.Module):\n"
+            "    calls = 0\n"
+            "    def forward(self, x):\n"
+            "        ModelNew.calls += 1\n"
+            "        if x.isnan().any():\n"
+            "            import os; os._exit(9)\n"
+            "        if x.isinf().any():\n"
+            "            import time; time.sleep(60)\n"
+            "        return torch.relu(x)\n")
+    out = tmp_path / "r.json"
+    r = run("check", RELU / "reference.py", cand(tmp_path, body), "--device", "cpu", "--gates", "G01,G03,G04",
+            "--timeout", "5", "--json", out)
+    assert r.returncode == 1
+    rep = {g["gate"]: g for g in json.loads(out.read_text())["gates"]}
+    assert rep["G01"]["verdict"] == "PASS" and rep["G04"]["verdict"] == "PASS"
+    assert rep["G03"]["verdict"] == "CRASH" and "exited with code 9" in rep["G03"]["summary"]
+
+
+def test_timeout_verdict(tmp_path):
+    body = ("class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        import time; time.sleep(60)\n")
+    out = tmp_path / "r.json"
+    r = run("check", RELU / "reference.py", cand(tmp_path, body), "--device", "cpu", "--gates", "G01",
+            "--timeout", "3", "--json", out)
+    assert r.returncode == 1
+    g = json.loads(out.read_text())["gates"][0]
+    assert g["verdict"] == "TIMEOUT"
+
+
+def test_usage_errors():
+    assert run("check", RELU / "reference.py", RELU / "correct.py", "--gates", "G99").returncode == 2
+    r = run("check", "--corpus", "/nonexistent.jsonl", "--id", "x")
+    assert r.returncode == 2 and "no such corpus file" in r.stderr

@@ -1,0 +1,36 @@
+"""CUDA paths of the engine against the CPU (marked gpu; skipped without a GPU)."""
+import pytest
+import torch
+
+from kverify import engine
+from kverify.engine import Dist
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32])
+def test_synthesis_bitwise_equal_cpu_gpu(dtype):
+    d = Dist("normal", 0.0, 2.0, 0.01, ("nan", "+inf", "-inf")) if dtype.is_floating_point else Dist("uniform_int", -5, 5)
+    a = engine.fill(torch.empty(1001, 33, dtype=dtype), 77, d, 3)
+    b = engine.fill(torch.empty(1001, 33, dtype=dtype, device="cuda"), 77, d, 3)
+    assert engine.digest(a) == engine.digest(b)
+    assert torch.equal(a.view(torch.uint8) if dtype.itemsize == 1 else a.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[dtype.itemsize]),
+                       b.cpu().view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[dtype.itemsize]))
+
+
+def test_compare_gpu_matches_cpu():
+    o = engine.fill(torch.empty(4097, dtype=torch.float64), 1, Dist("normal", 0, 1, 0.01, ("nan", "+inf")))
+    c = (o * (1 + 1e-6)).float()
+    c[5] = 0
+    s_cpu = engine.compare(c, o, 1e-7, 1e-7)
+    s_gpu = engine.compare(c.cuda(), o.cuda(), 1e-7, 1e-7)
+    for k in ("nan_mismatch", "first_nan", "n_past_bound", "first_past_bound", "max_abs_idx", "max_ulp"):
+        assert s_cpu[k] == s_gpu[k], k
+    assert s_gpu["sum_sq_err"] == pytest.approx(s_cpu["sum_sq_err"], rel=1e-12)
+
+
+def test_sentinels_on_gpu():
+    t = torch.empty(1000, device="cuda")
+    engine.fill_sentinel(t)
+    t[10:] = 1
+    assert engine.count_sentinel(t) == (10, 0)

@@ -1,0 +1,73 @@
+"""KernelBench loader: free dimensions, rebinding, input specs, load errors."""
+import pytest
+import torch
+
+from kverify.errors import LoadError
+from kverify.problem import Problem, free_dimensions, infer_dist, synthesize
+
+REF = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.lin = nn.Linear(features, 3)
+    def forward(self, x, k):
+        return self.lin(x) * k
+
+batch = 4
+features = 2 * 8
+unused = 99
+scale_name = "x"
+
+def shape():
+    return (batch, features)
+
+def get_inputs():
+    return [torch.rand(*shape()), 3]
+
+def get_init_inputs():
+    return [features]
+'''
+
+
+def test_free_dimensions_follow_helpers():
+    assert free_dimensions(REF) == {"batch": 4, "features": 16}
+
+
+def test_bind_changes_specs_and_rejects_unknown():
+    p = Problem(REF, "ref.py")
+    specs = p.input_specs(0)
+    assert specs[0].shape == (4, 16) and specs[0].dist.kind == "uniform" and specs[1].value == 3
+    assert p.input_specs(0, {"batch": 7})[0].shape == (7, 16)
+    with pytest.raises(LoadError, match="not a free dimension"):
+        p.bind({"unused": 3})
+
+
+def test_synthesis_is_reproducible():
+    p = Problem(REF, "ref.py")
+    specs = p.input_specs(0)
+    a, b = synthesize(specs, 5, "cpu"), synthesize(specs, 5, "cpu")
+    assert torch.equal(a[0], b[0]) and a[1] == 3
+    assert not torch.equal(a[0], synthesize(specs, 6, "cpu")[0])
+
+
+def test_infer_dist():
+    assert infer_dist(torch.randn(1000)).kind == "normal"
+    d = infer_dist(torch.rand(1000) * 5)
+    assert (d.kind, d.p0, d.p1) == ("uniform", 0.0, 5.0)
+    d = infer_dist(torch.randint(0, 10, (1000,)))
+    assert (d.kind, d.p0, d.p1) == ("uniform_int", 0.0, 9.0)
+
+
+@pytest.mark.parametrize("src,msg", [
+    ("class Model(:\n", "not valid Python"),
+    ("import torch\ndef get_inputs(): return []\ndef get_init_inputs(): return []\n", "no Model"),
+    ("raise RuntimeError('boom')\n", "RuntimeError"),
+    ("import sys\nsys.exit(3)\n", "exit"),
+])
+def test_load_errors_name_the_file(src, msg):
+    with pytest.raises(LoadError, match=msg) as e:
+        Problem(src, "bad_ref.py")
+    assert e.value.path == "bad_ref.py"
