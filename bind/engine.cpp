@@ -117,6 +117,10 @@ void register_engine(nb::module_& m) {
         nb::arg("tensor"), nb::arg("cuda_stream") = 0,
         "(count, first index or -1) of elements holding the fresh-allocation pattern 0xA5.. (CPU, MALLOC_PERTURB_).");
 
+  m.def("compare_workspace_bytes", [](int64_t n) { return compare::workspace_bytes(n); }, nb::arg("numel"),
+        "Device bytes compare() allocates for a tensor of `numel` elements (0 on CPU builds): fixed by the\n"
+        "grid size, not by `numel` beyond the first few blocks.");
+
   m.def("sentinel_bits", [](nb::ndarray<> t) { return poison::sentinel_bits(view_of(t).dtype); }, nb::arg("tensor"),
         "The sentinel bit pattern for the tensor's dtype.");
 }

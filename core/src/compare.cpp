@@ -63,6 +63,15 @@ CompareStats compare(const TensorView& c, const TensorView& o, const Bound& b, v
   }
 }
 
+size_t workspace_bytes(int64_t numel) {
+#if defined(KVERIFY_WITH_CUDA)
+  return cuda::compare_workspace_bytes(numel);
+#else
+  (void)numel;
+  return 0;
+#endif
+}
+
 uint64_t digest_finish(uint64_t sum, const TensorView& t) {
   uint64_t h = mix64(sum ^ (static_cast<uint64_t>(t.dtype) + 0x51ull));
   h = mix64(h + static_cast<uint64_t>(t.ndim));

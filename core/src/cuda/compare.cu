@@ -113,6 +113,10 @@ CompareStats by_oracle(const TensorView& c, const TensorView& o, const compare::
 
 }  // namespace
 
+size_t compare_workspace_bytes(int64_t numel) {
+  return (static_cast<size_t>(grid_for((numel + kChunk - 1) / kChunk, 4)) + 1) * sizeof(CompareStats);
+}
+
 CompareStats compare(const TensorView& c, const TensorView& o, const compare::Bound& b, void* stream) {
   DeviceGuard g(c.device_id);
   auto s = static_cast<cudaStream_t>(stream);

@@ -12,6 +12,7 @@
 namespace kverify::cuda {
 
 void fill(const TensorView& v, uint64_t seed, const synth::Distribution& d, void* stream);
+size_t compare_workspace_bytes(int64_t numel);
 compare::CompareStats compare(const TensorView& c, const TensorView& o, const compare::Bound& b, void* stream);
 uint64_t digest_sum(const TensorView& t, void* stream);
 void fill_sentinel(const TensorView& t, void* stream);

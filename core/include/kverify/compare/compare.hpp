@@ -20,6 +20,10 @@ namespace kverify::compare {
 /// Cost: one pass; on CUDA the work runs on `stream` and the call waits for that stream.
 CompareStats compare(const TensorView& c, const TensorView& o, const Bound& bound, void* stream = nullptr);
 
+/// Device workspace bytes compare() takes for `numel` elements on the current CUDA device: one
+/// CompareStats per block of the persistent grid, plus one (0 without CUDA).
+size_t workspace_bytes(int64_t numel);
+
 /// 64-bit digest of a tensor's logical contents: bits of every element in logical order, its
 /// dtype and its shape (not its strides or address). Two tensors have equal digests iff (barring
 /// a 2^-64 collision) they are bitwise equal elementwise. Identical on CPU and CUDA.
