@@ -15,16 +15,16 @@ namespace {
 
 template <DType TC, DType TO>
 CompareStats compare_cpu(const TensorView& c, const TensorView& o, const Bound& b) {
-  CompareStats s;
-  double rn = 0.0, rd = 1.0;
+  Running r;
   const int64_t n = c.numel();
   const bool dense = c.is_contiguous() && o.is_contiguous();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t oc = dense ? i : c.offset_of(i);
     const int64_t oo = dense ? i : o.offset_of(i);
-    step<TC>(s, rn, rd, bits::load_f<TC>(c.data, oc), bits::load_f<TO>(o.data, oo), i, b);
+    step<TC, TO>(r, bits::load_raw(c.data, oc, type_bytes<TC>()), bits::load_raw(o.data, oo, type_bytes<TO>()), i, b);
   }
-  finish_rel(s, rn, rd);
+  CompareStats s = finish(r);
+  s.n = n;
   return s;
 }
 

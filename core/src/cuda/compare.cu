@@ -13,21 +13,43 @@ namespace kverify::cuda {
 namespace {
 
 using compare::CompareStats;
+using compare::Running;
+using compare::type_bytes;
 
 constexpr int kChunk = 8;  ///< elements per vector step
 
-/// Load elements [8k, 8k+8) of a dense tensor of type T as doubles with 16-byte loads.
+/// 16-byte vectors holding elements [8k, 8k+8) of a dense tensor of type T.
 template <DType T>
-__device__ __forceinline__ void load_chunk(const void* base, int64_t k, double out[kChunk]) {
-  constexpr int sz = T == DType::F64 ? 8 : (T == DType::F32 ? 4 : 2);
-  constexpr int nvec = kChunk * sz / 16;
-  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + k * kChunk * sz);
-  uint4 raw[nvec];
+constexpr int kVecs = kChunk * type_bytes<T>() / 16;
+
+/// Issue the streaming loads (ld.global.cs: each byte is read once) of chunk k.
+template <DType T>
+__device__ __forceinline__ void load_chunk(const void* base, int64_t k, uint4 (&q)[kVecs<T>]) {
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + k * kChunk * type_bytes<T>());
 #pragma unroll
-  for (int v = 0; v < nvec; ++v) raw[v] = __ldcs(p + v);
-  const char* bytes = reinterpret_cast<const char*>(raw);
+  for (int v = 0; v < kVecs<T>; ++v) q[v] = __ldcs(p + v);
+}
+
+/// Raw bits of element e of a loaded chunk (constant indices after unrolling: registers only).
+template <DType T>
+__device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[kVecs<T>], int e) {
+  constexpr int sz = type_bytes<T>();
+  auto word = [&](int w) -> uint32_t {
+    const uint4& v = q[w / 4];
+    const int c = w % 4;
+    return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w));
+  };
+  if constexpr (sz == 8) return static_cast<uint64_t>(word(2 * e)) | (static_cast<uint64_t>(word(2 * e + 1)) << 32);
+  else if constexpr (sz == 4) return word(e);
+  else return (word(e / 2) >> (16 * (e % 2))) & 0xffffu;
+}
+
+template <DType TC, DType TO>
+__device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<TC>], const uint4 (&qo)[kVecs<TO>],
+                                           int64_t k, const compare::Bound& b) {
 #pragma unroll
-  for (int e = 0; e < kChunk; ++e) out[e] = bits::load_f<T>(bytes, e);
+  for (int e = 0; e < kChunk; ++e)
+    compare::step<TC, TO>(r, element_bits<TC>(qc, e), element_bits<TO>(qo, e), k * kChunk + e, b);
 }
 
 __device__ void reduce_block(CompareStats& s) {
@@ -44,32 +66,41 @@ __device__ void reduce_block(CompareStats& s) {
 }
 
 template <DType TC, DType TO>
-__global__ void __launch_bounds__(kThreads) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
+__global__ void __launch_bounds__(kThreads, 2) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
                                                           CompareStats* partials) {
-  CompareStats s;
-  double rn = 0.0, rd = 1.0;
+  Running r;
   const int64_t n = c.numel();
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t start_scalar = 0;
   if (vector_path) {
     const int64_t chunks = n / kChunk;
-    for (int64_t k = tid; k < chunks; k += stride) {
-      double cv[kChunk], ov[kChunk];
-      load_chunk<TC>(c.data, k, cv);
-      load_chunk<TO>(o.data, k, ov);
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) compare::step<TC>(s, rn, rd, cv[e], ov[e], k * kChunk + e, b);
+    // two chunks in flight per thread before either is consumed (indices still increase)
+    int64_t k = tid;
+    for (; k + stride < chunks; k += 2 * stride) {
+      uint4 c0[kVecs<TC>], o0[kVecs<TO>], c1[kVecs<TC>], o1[kVecs<TO>];
+      load_chunk<TC>(c.data, k, c0);
+      load_chunk<TO>(o.data, k, o0);
+      load_chunk<TC>(c.data, k + stride, c1);
+      load_chunk<TO>(o.data, k + stride, o1);
+      step_chunk<TC, TO>(r, c0, o0, k, b);
+      step_chunk<TC, TO>(r, c1, o1, k + stride, b);
+    }
+    if (k < chunks) {
+      uint4 c0[kVecs<TC>], o0[kVecs<TO>];
+      load_chunk<TC>(c.data, k, c0);
+      load_chunk<TO>(o.data, k, o0);
+      step_chunk<TC, TO>(r, c0, o0, k, b);
     }
     start_scalar = chunks * kChunk;
   }
   const bool dense = vector_path || (c.is_contiguous() && o.is_contiguous());
   for (int64_t i = start_scalar + tid; i < n; i += stride) {
-    const double cv = bits::load_f<TC>(c.data, dense ? i : c.offset_of(i));
-    const double ov = bits::load_f<TO>(o.data, dense ? i : o.offset_of(i));
-    compare::step<TC>(s, rn, rd, cv, ov, i, b);
+    const uint64_t cv = bits::load_raw(c.data, dense ? i : c.offset_of(i), type_bytes<TC>());
+    const uint64_t ov = bits::load_raw(o.data, dense ? i : o.offset_of(i), type_bytes<TO>());
+    compare::step<TC, TO>(r, cv, ov, i, b);
   }
-  compare::finish_rel(s, rn, rd);
+  CompareStats s = compare::finish(r);
   reduce_block(s);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
@@ -98,6 +129,7 @@ CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound&
   KV_CUDA_CHECK("compare readback", cudaMemcpyAsync(&result, ws + grid, sizeof(CompareStats), cudaMemcpyDeviceToHost, s));
   KV_CUDA_CHECK("compare free", cudaFreeAsync(ws, s));
   KV_CUDA_CHECK("compare sync", cudaStreamSynchronize(s));
+  result.n = n;
   return result;
 }
 

@@ -1,6 +1,12 @@
 /// @file element.hpp
 /// @brief The per-element step of the comparator, shared verbatim by the CPU loop and the CUDA
 /// kernel so both measure exactly the same thing.
+///
+/// Hot path (both values finite): one subtraction, two fused multiply-adds for the sums of
+/// squares, one multiply-add for the bound, a cross-multiplied comparison for the relative error
+/// and integer arithmetic on the raw bits for the ULP distance. Class tests use the raw bits.
+/// Callers feed elements of one thread in increasing index order, so a strict `>` keeps the
+/// smallest index on ties; merges across threads break ties by index (stats.hpp).
 #pragma once
 
 #include <cmath>
@@ -16,62 +22,104 @@ struct Bound {
   double rtol = 0.0;
 };
 
-KV_HD bool is_nan(double x) { return x != x; }
+/// Exponent mask of float type T (all ones = Inf or NaN).
+template <DType T>
+KV_HD constexpr uint64_t exp_mask() {
+  if constexpr (T == DType::F64) return 0x7ff0000000000000ull;
+  else if constexpr (T == DType::F32) return 0x7f800000ull;
+  else if constexpr (T == DType::F16) return 0x7c00ull;
+  else return 0x7f80ull;
+}
 
-/// Accumulate one element: candidate value c (already widened to double from dtype TC) against
-/// oracle value o, at logical index i. The relative-error maximum is tracked without division:
-/// rel(i) > rel(best) <=> err_i * |o_best| > err_best * |o_i| (both non-negative).
-template <DType TC>
-KV_HD void step(CompareStats& s, double& rel_num, double& rel_den, double c, double o, int64_t i,
-                const Bound& b) {
-  s.n += 1;
-  const bool cn = is_nan(c), on = is_nan(o);
-  const bool cf = !cn && c - c == 0.0, of = !on && o - o == 0.0;  // finite tests
-  if (!of) s.oracle_nonfinite += 1;
-  if (!cf) s.candidate_nonfinite += 1;
-  if (cf && of) {
-    const double err = fabs(c - o);
-    const double ao = fabs(o);
-    s.sum_sq_err += err * err;
-    s.sum_sq_ref += o * o;
-    merge_max(s.max_abs_err, s.max_abs_idx, err, i);
-    // relative error: compare err/ao against rel_num/rel_den by cross-multiplication
-    if (err > 0.0) {
-      const bool better = s.max_rel_idx == kNoIndex || err * rel_den > rel_num * ao ||
-                          (err * rel_den == rel_num * ao && i < s.max_rel_idx);
-      if (better) { rel_num = err; rel_den = ao; s.max_rel_idx = i; }
-    } else if (s.max_rel_idx == kNoIndex) {
-      rel_num = 0.0; rel_den = 1.0; s.max_rel_idx = i;
-    }
-    const uint64_t ob = bits::round_bits<TC>(o);
-    const uint64_t cb = bits::round_bits<TC>(c);
-    const int sz = dtype_size(TC);
-    const int64_t d = bits::ordered(cb, sz) - bits::ordered(ob, sz);
-    merge_max_u(s.max_ulp, s.max_ulp_idx, static_cast<uint64_t>(d < 0 ? -d : d), i);
-    if (err > b.atol + b.rtol * ao) {
-      s.n_past_bound += 1;
-      s.first_past_bound = min_index(s.first_past_bound, i);
-    }
+/// Mantissa mask of float type T.
+template <DType T>
+KV_HD constexpr uint64_t man_mask() {
+  if constexpr (T == DType::F64) return 0x000fffffffffffffull;
+  else if constexpr (T == DType::F32) return 0x007fffffull;
+  else if constexpr (T == DType::F16) return 0x03ffull;
+  else return 0x007full;
+}
+
+template <DType T>
+KV_HD constexpr int type_bytes() {
+  return T == DType::F64 ? 8 : (T == DType::F32 ? 4 : 2);
+}
+
+/// Widen raw bits of float type T to double (exact).
+template <DType T>
+KV_HD double widen(uint64_t b) {
+  if constexpr (T == DType::F64) return bits::f64_from(b);
+  else if constexpr (T == DType::F32) return static_cast<double>(bits::f32_from(static_cast<uint32_t>(b)));
+  else if constexpr (T == DType::F16) return static_cast<double>(bits::half_to_float(static_cast<uint16_t>(b)));
+  else return static_cast<double>(bits::bf16_to_float(static_cast<uint16_t>(b)));
+}
+
+/// Class of a value from its bits: 0 finite, 1 NaN, 2 +Inf, 3 -Inf.
+template <DType T>
+KV_HD int value_class(uint64_t b) {
+  if ((b & exp_mask<T>()) != exp_mask<T>()) return 0;
+  if (b & man_mask<T>()) return 1;
+  return (b >> (type_bytes<T>() * 8 - 1)) ? 3 : 2;
+}
+
+/// Running state of one thread: the stats plus the (numerator, denominator) of the largest
+/// relative error seen, kept undivided.
+struct Running {
+  CompareStats s;
+  double rel_num = 0.0;
+  double rel_den = 1.0;
+};
+
+/// Record a class mismatch or agreement between non-finite values (cold path).
+template <DType TC, DType TO>
+KV_HD void step_nonfinite(Running& r, uint64_t cb, uint64_t ob, int64_t i) {
+  CompareStats& s = r.s;
+  const int cc = value_class<TC>(cb), oc = value_class<TO>(ob);
+  if (oc) s.oracle_nonfinite += 1;
+  if (cc) s.candidate_nonfinite += 1;
+  if (cc == oc) return;
+  if ((cc == 1) != (oc == 1)) { s.nan_mismatch += 1; if (s.first_nan == kNoIndex) s.first_nan = i; }
+  if ((cc == 2) != (oc == 2)) { s.posinf_mismatch += 1; if (s.first_posinf == kNoIndex) s.first_posinf = i; }
+  if ((cc == 3) != (oc == 3)) { s.neginf_mismatch += 1; if (s.first_neginf == kNoIndex) s.first_neginf = i; }
+  s.n_past_bound += 1;
+  if (s.first_past_bound == kNoIndex) s.first_past_bound = i;
+}
+
+/// Accumulate one element: candidate bits `cb` of type TC against oracle bits `ob` of type TO at
+/// logical index i (indices must increase within one Running).
+template <DType TC, DType TO>
+KV_HD void step(Running& r, uint64_t cb, uint64_t ob, int64_t i, const Bound& b) {
+  if (((cb & exp_mask<TC>()) == exp_mask<TC>()) || ((ob & exp_mask<TO>()) == exp_mask<TO>())) {
+    step_nonfinite<TC, TO>(r, cb, ob, i);
     return;
   }
-  if (cf && of) return;
-  // at least one non-finite: compare classes
-  const bool cpi = !cn && !cf && c > 0, opi = !on && !of && o > 0;
-  const bool cni = !cn && !cf && c < 0, oni = !on && !of && o < 0;
-  bool mismatch = false;
-  if (cn != on) { s.nan_mismatch += 1; s.first_nan = min_index(s.first_nan, i); mismatch = true; }
-  if (cpi != opi) { s.posinf_mismatch += 1; s.first_posinf = min_index(s.first_posinf, i); mismatch = true; }
-  if (cni != oni) { s.neginf_mismatch += 1; s.first_neginf = min_index(s.first_neginf, i); mismatch = true; }
-  if (mismatch) {
+  CompareStats& s = r.s;
+  const double c = widen<TC>(cb), o = widen<TO>(ob);
+  const double d = c - o;
+  const double err = fabs(d);
+  const double ao = fabs(o);
+  s.sum_sq_err = fma(d, d, s.sum_sq_err);
+  s.sum_sq_ref = fma(o, o, s.sum_sq_ref);
+  if (err > s.max_abs_err) { s.max_abs_err = err; s.max_abs_idx = i; }
+  if (err * r.rel_den > r.rel_num * ao) { r.rel_num = err; r.rel_den = ao; s.max_rel_idx = i; }
+  uint64_t orb;
+  if constexpr (TC == TO) orb = ob;
+  else orb = bits::round_bits<TC>(o);
+  const int64_t du = bits::ordered(cb, type_bytes<TC>()) - bits::ordered(orb, type_bytes<TC>());
+  const uint64_t ulp = static_cast<uint64_t>(du < 0 ? -du : du);
+  if (ulp > s.max_ulp) { s.max_ulp = ulp; s.max_ulp_idx = i; }
+  if (err > fma(b.rtol, ao, b.atol)) {
     s.n_past_bound += 1;
-    s.first_past_bound = min_index(s.first_past_bound, i);
+    if (s.first_past_bound == kNoIndex) s.first_past_bound = i;
   }
 }
 
-/// Turn the tracked (rel_num, rel_den) into max_rel_err after a partial reduction.
-KV_HD void finish_rel(CompareStats& s, double rel_num, double rel_den) {
-  if (s.max_rel_idx == kNoIndex) return;
-  s.max_rel_err = rel_den > 0.0 ? rel_num / rel_den : (rel_num > 0.0 ? INFINITY : 0.0);
+/// Turn the tracked (rel_num, rel_den) into max_rel_err; call once per Running before merging.
+KV_HD CompareStats finish(const Running& r) {
+  CompareStats s = r.s;
+  if (s.max_rel_idx != kNoIndex)
+    s.max_rel_err = r.rel_den > 0.0 ? r.rel_num / r.rel_den : (r.rel_num > 0.0 ? INFINITY : 0.0);
+  return s;
 }
 
 }  // namespace kverify::compare
