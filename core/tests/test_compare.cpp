@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kverify/compare/compare.hpp"
+#include "kverify/synth/synth.hpp"
 
 using namespace kverify;
 using compare::Bound;
@@ -116,4 +117,40 @@ TEST(Digest, LayoutFreeBitSensitive) {
   EXPECT_NE(d1, compare::digest(contiguous_view(b.data(), DType::F32, {2, 3})));
   std::vector<float> sw = {2, 1, 3, 4, 5, 6};  // swapped elements: order matters
   EXPECT_NE(d1, compare::digest(contiguous_view(sw.data(), DType::F32, {2, 3})));
+}
+
+TEST(Compare, ChunkedPathEqualsScalarPath) {
+  // contiguous tensors take the 8-element chunk path; a transposed view of the same values takes
+  // the scalar path: every field must agree (sums to rounding)
+  const int R = 37, C = 29;  // 1073 elements: chunks plus a tail
+  std::vector<float> c(R * C), ct(R * C);
+  std::vector<double> o(R * C), ot(R * C);
+  synth::Distribution d;
+  d.special_density = 0.02;
+  d.special_mask = 7;
+  synth::fill(contiguous_view(o.data(), DType::F64, {R, C}), 5, d);
+  for (int i = 0; i < R * C; ++i) c[i] = static_cast<float>(o[i] * (1.0 + ((i * 37) % 11) * 1e-6));
+  c[100] = NAN;
+  c[200] = 0.0f;
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) { ct[j * R + i] = c[i * C + j]; ot[j * R + i] = o[i * C + j]; }
+  const Bound b{1e-7, 3e-6};
+  auto a = compare::compare(contiguous_view(c.data(), DType::F32, {R, C}), contiguous_view(o.data(), DType::F64, {R, C}), b);
+  auto s = compare::compare(make_view(ct.data(), DType::F32, Device::CPU, 0, {R, C}, {1, R}),
+                            make_view(ot.data(), DType::F64, Device::CPU, 0, {R, C}, {1, R}), b);
+  EXPECT_EQ(a.n, s.n);
+  EXPECT_EQ(a.nan_mismatch, s.nan_mismatch);
+  EXPECT_EQ(a.first_nan, s.first_nan);
+  EXPECT_EQ(a.oracle_nonfinite, s.oracle_nonfinite);
+  EXPECT_EQ(a.max_abs_err, s.max_abs_err);
+  EXPECT_EQ(a.max_abs_idx, s.max_abs_idx);
+  EXPECT_EQ(a.max_rel_err, s.max_rel_err);
+  EXPECT_EQ(a.max_rel_idx, s.max_rel_idx);
+  EXPECT_EQ(a.max_ulp, s.max_ulp);
+  EXPECT_EQ(a.max_ulp_idx, s.max_ulp_idx);
+  EXPECT_EQ(a.n_past_bound, s.n_past_bound);
+  EXPECT_EQ(a.first_past_bound, s.first_past_bound);
+  EXPECT_GT(a.n_past_bound, 0);
+  EXPECT_NEAR(a.sum_sq_err, s.sum_sq_err, 1e-12 * s.sum_sq_err);
+  EXPECT_NEAR(a.sum_sq_ref, s.sum_sq_ref, 1e-12 * s.sum_sq_ref);
 }

@@ -16,7 +16,7 @@ using compare::CompareStats;
 using compare::Running;
 using compare::type_bytes;
 
-constexpr int kChunk = 8;  ///< elements per vector step
+using compare::kChunk;
 
 /// 16-byte vectors holding elements [8k, 8k+8) of a dense tensor of type T.
 template <DType T>
@@ -47,9 +47,13 @@ __device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[kVecs<T>], int
 template <DType TC, DType TO>
 __device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<TC>], const uint4 (&qo)[kVecs<TO>],
                                            int64_t k, const compare::Bound& b) {
+  uint64_t cb[kChunk], ob[kChunk];
 #pragma unroll
-  for (int e = 0; e < kChunk; ++e)
-    compare::step<TC, TO>(r, element_bits<TC>(qc, e), element_bits<TO>(qo, e), k * kChunk + e, b);
+  for (int e = 0; e < kChunk; ++e) {
+    cb[e] = element_bits<TC>(qc, e);
+    ob[e] = element_bits<TO>(qo, e);
+  }
+  compare::step_chunk<TC, TO>(r, cb, ob, k * kChunk, b);
 }
 
 __device__ void reduce_block(CompareStats& s) {
