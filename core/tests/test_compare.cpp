@@ -154,3 +154,31 @@ TEST(Compare, ChunkedPathEqualsScalarPath) {
   EXPECT_NEAR(a.sum_sq_err, s.sum_sq_err, 1e-12 * s.sum_sq_err);
   EXPECT_NEAR(a.sum_sq_ref, s.sum_sq_ref, 1e-12 * s.sum_sq_ref);
 }
+
+TEST(Compare, HalfPairsChunkedAgreesWithScalar) {
+  // 16-bit pairs take the fp32 chunk path when contiguous; a transposed view takes the fp64 scalar
+  // path: counts and indices agree, values to fp32 rounding
+  for (DType t : {DType::F16, DType::BF16}) {
+    const int R = 33, C = 24;
+    std::vector<uint16_t> c(R * C), o(R * C), ct(R * C), ot(R * C);
+    synth::Distribution d;
+    synth::fill(contiguous_view(o.data(), t, {R, C}), 8, d);
+    synth::fill(contiguous_view(c.data(), t, {R, C}), 8, d);
+    for (int i = 0; i < R * C; i += 7) c[i] = static_cast<uint16_t>(c[i] + (i % 3) + 1);  // a few ulps off
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < C; ++j) { ct[j * R + i] = c[i * C + j]; ot[j * R + i] = o[i * C + j]; }
+    const Bound b{1e-3, 1e-3};
+    auto a = compare::compare(contiguous_view(c.data(), t, {R, C}), contiguous_view(o.data(), t, {R, C}), b);
+    auto s = compare::compare(make_view(ct.data(), t, Device::CPU, 0, {R, C}, {1, R}),
+                              make_view(ot.data(), t, Device::CPU, 0, {R, C}, {1, R}), b);
+    EXPECT_EQ(a.max_abs_idx, s.max_abs_idx) << dtype_name(t);
+    EXPECT_EQ(a.max_ulp, s.max_ulp);
+    EXPECT_EQ(a.max_ulp_idx, s.max_ulp_idx);
+    EXPECT_EQ(a.max_rel_idx, s.max_rel_idx);
+    EXPECT_EQ(a.n_past_bound, s.n_past_bound);
+    EXPECT_EQ(a.first_past_bound, s.first_past_bound);
+    EXPECT_DOUBLE_EQ(a.max_abs_err, s.max_abs_err);  // exact: values within 2^13 of each other
+    EXPECT_NEAR(a.sum_sq_err, s.sum_sq_err, 1e-5 * s.sum_sq_err);
+    EXPECT_GT(a.max_ulp, 0u);
+  }
+}

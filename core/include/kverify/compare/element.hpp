@@ -143,6 +143,56 @@ KV_HD uint32_t ulp_distance32(uint32_t a, uint32_t b) {
 
 constexpr int kChunk = 8;  ///< elements per chunk step
 
+/// Widen raw bits of a 16-bit float type to float (exact).
+template <DType T>
+KV_HD float widen16(uint64_t b) {
+  if constexpr (T == DType::F16) return bits::half_to_float(static_cast<uint16_t>(b));
+  else return bits::bf16_to_float(static_cast<uint16_t>(b));
+}
+
+/// Finite chunk of a 16-bit pair (fp16/bf16 against fp16/bf16): the same measurements in fp32
+/// arithmetic, which is exact for |c - o| whenever c and o are within a factor 2^13 of each other
+/// (both have at most 11 significant bits) and correctly rounded to fp32 otherwise; the bound is
+/// evaluated as fmaf(float(rtol), |o|, float(atol)); chunk sums are formed in fp32 and added to the
+/// fp64 running sums.
+template <DType TC, DType TO>
+KV_HD void step_chunk16(Running& r, const uint64_t (&cb)[8], const uint64_t (&ob)[8], int64_t base, const Bound& b) {
+  CompareStats& s = r.s;
+  float sse = 0.0f, ssr = 0.0f;
+  float amax = 0.0f, rn = 0.0f, rd = 1.0f;
+  int aidx = -1, ridx = -1, uidx = -1;
+  uint32_t umax = 0;
+  unsigned past = 0;
+  const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float c = widen16<TC>(cb[e]), o = widen16<TO>(ob[e]);
+    const float d = c - o;
+    const float err = fabsf(d), ao = fabsf(o);
+    sse = fmaf(d, d, sse);
+    ssr = fmaf(o, o, ssr);
+    if (err > amax) { amax = err; aidx = e; }
+    if (err * rd > rn * ao) { rn = err; rd = ao; ridx = e; }
+    uint32_t orb;
+    if constexpr (TC == TO) orb = static_cast<uint32_t>(ob[e]);
+    else orb = static_cast<uint32_t>(bits::round_bits<TC>(o));
+    const uint32_t u = ulp_distance32<TC>(static_cast<uint32_t>(cb[e]), orb);
+    if (u > umax) { umax = u; uidx = e; }
+    past |= static_cast<unsigned>(err > fmaf(rtol, ao, atol)) << e;
+  }
+  s.sum_sq_err += static_cast<double>(sse);
+  s.sum_sq_ref += static_cast<double>(ssr);
+  if (aidx >= 0 && static_cast<double>(amax) > s.max_abs_err) { s.max_abs_err = amax; s.max_abs_idx = base + aidx; }
+  if (ridx >= 0 && static_cast<double>(rn) * r.rel_den > r.rel_num * static_cast<double>(rd)) {
+    r.rel_num = rn; r.rel_den = rd; s.max_rel_idx = base + ridx;
+  }
+  if (uidx >= 0 && umax > s.max_ulp) { s.max_ulp = umax; s.max_ulp_idx = base + uidx; }
+  if (past) {
+    s.n_past_bound += popcount8(past);
+    if (s.first_past_bound == kNoIndex) s.first_past_bound = base + lowest_bit(past);
+  }
+}
+
 /// Accumulate elements base..base+7 (all of one Running, after every smaller index). Same
 /// results as eight step() calls except for the rounding of the two sums: maxima are tracked with
 /// chunk-local 32-bit positions and folded once, bound hits as a bit mask, non-finite chunks take
@@ -156,6 +206,10 @@ KV_HD void step_chunk(Running& r, const uint64_t (&cb)[kChunk], const uint64_t (
     special |= ((cb[e] & exp_mask<TC>()) == exp_mask<TC>()) | ((ob[e] & exp_mask<TO>()) == exp_mask<TO>());
   if (special) {
     for (int e = 0; e < kChunk; ++e) step<TC, TO>(r, cb[e], ob[e], base + e, b);
+    return;
+  }
+  if constexpr (type_bytes<TC>() == 2 && type_bytes<TO>() == 2) {
+    step_chunk16<TC, TO>(r, cb, ob, base, b);
     return;
   }
   CompareStats& s = r.s;
