@@ -15,7 +15,8 @@ namespace {
 
 template <DType TC, DType TO>
 CompareStats compare_cpu(const TensorView& c, const TensorView& o, const Bound& b) {
-  Running r;
+  CompareStats cold;
+  Running r{&cold};
   const int64_t n = c.numel();
   const bool dense = c.is_contiguous() && o.is_contiguous();
   int64_t i = 0;

@@ -56,10 +56,13 @@ __device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<T
   compare::step_chunk<TC, TO>(r, cb, ob, k * kChunk, b);
 }
 
-__device__ void reduce_block(CompareStats& s) {
-  // raw storage: __shared__ objects may not have constructors
-  __shared__ alignas(CompareStats) unsigned char raw[kThreads * sizeof(CompareStats)];
-  CompareStats* sh = reinterpret_cast<CompareStats*>(raw);
+/// Shared array of kThreads CompareStats (raw storage: __shared__ objects may not have constructors).
+#define KV_SHARED_STATS(name)                                                        \
+  __shared__ alignas(CompareStats) unsigned char name##_raw[kThreads * sizeof(CompareStats)]; \
+  CompareStats* name = reinterpret_cast<CompareStats*>(name##_raw)
+
+/// Fold the block's per-thread stats (sh[threadIdx.x] = s) in a fixed tree; result in s.
+__device__ void reduce_block(CompareStats* sh, CompareStats& s) {
   sh[threadIdx.x] = s;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w >>= 1) {
@@ -70,27 +73,18 @@ __device__ void reduce_block(CompareStats& s) {
 }
 
 template <DType TC, DType TO>
-__global__ void __launch_bounds__(kThreads, 2) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
+__global__ void __launch_bounds__(kThreads, 3) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
                                                           CompareStats* partials) {
-  Running r;
+  KV_SHARED_STATS(sh);
+  sh[threadIdx.x] = CompareStats{};  // this thread's class-mismatch counts live here
+  Running r{&sh[threadIdx.x]};
   const int64_t n = c.numel();
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t start_scalar = 0;
   if (vector_path) {
     const int64_t chunks = n / kChunk;
-    // two chunks in flight per thread before either is consumed (indices still increase)
-    int64_t k = tid;
-    for (; k + stride < chunks; k += 2 * stride) {
-      uint4 c0[kVecs<TC>], o0[kVecs<TO>], c1[kVecs<TC>], o1[kVecs<TO>];
-      load_chunk<TC>(c.data, k, c0);
-      load_chunk<TO>(o.data, k, o0);
-      load_chunk<TC>(c.data, k + stride, c1);
-      load_chunk<TO>(o.data, k + stride, o1);
-      step_chunk<TC, TO>(r, c0, o0, k, b);
-      step_chunk<TC, TO>(r, c1, o1, k + stride, b);
-    }
-    if (k < chunks) {
+    for (int64_t k = tid; k < chunks; k += stride) {
       uint4 c0[kVecs<TC>], o0[kVecs<TO>];
       load_chunk<TC>(c.data, k, c0);
       load_chunk<TO>(o.data, k, o0);
@@ -105,14 +99,16 @@ __global__ void __launch_bounds__(kThreads, 2) compare_kernel(TensorView c, Tens
     compare::step<TC, TO>(r, cv, ov, i, b);
   }
   CompareStats s = compare::finish(r);
-  reduce_block(s);
+  __syncthreads();
+  reduce_block(sh, s);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
 __global__ void __launch_bounds__(kThreads) fold_kernel(const CompareStats* partials, int count, CompareStats* out) {
+  KV_SHARED_STATS(sh);
   CompareStats s;
   for (int i = threadIdx.x; i < count; i += blockDim.x) compare::merge(s, partials[i]);
-  reduce_block(s);
+  reduce_block(sh, s);
   if (threadIdx.x == 0) *out = s;
 }
 

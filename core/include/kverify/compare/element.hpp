@@ -63,10 +63,26 @@ KV_HD int value_class(uint64_t b) {
   return (b >> (type_bytes<T>() * 8 - 1)) ? 3 : 2;
 }
 
-/// Running state of one thread: the stats plus the (numerator, denominator) of the largest
-/// relative error seen, kept undivided.
+/// The fields the finite-element path updates (kept in registers on the GPU).
+struct Hot {
+  double sum_sq_err = 0.0;
+  double sum_sq_ref = 0.0;
+  double max_abs_err = 0.0;
+  int64_t max_abs_idx = kNoIndex;
+  int64_t max_rel_idx = kNoIndex;
+  uint64_t max_ulp = 0;
+  int64_t max_ulp_idx = kNoIndex;
+  int64_t n_past_bound = 0;
+  int64_t first_past_bound = kNoIndex;
+};
+
+/// Running state of one thread: the hot fields, the (numerator, denominator) of the largest
+/// relative error seen (kept undivided), and a pointer to the class-mismatch counts, which only
+/// the rare non-finite path touches (the CUDA kernel keeps them in shared memory to save
+/// registers). Construct as Running r{&cold} with a zero-initialised CompareStats cold.
 struct Running {
-  CompareStats s;
+  CompareStats* cold;
+  Hot s;
   double rel_num = 0.0;
   double rel_den = 1.0;
 };
@@ -74,7 +90,7 @@ struct Running {
 /// Record a class mismatch or agreement between non-finite values (cold path).
 template <DType TC, DType TO>
 KV_HD void step_nonfinite(Running& r, uint64_t cb, uint64_t ob, int64_t i) {
-  CompareStats& s = r.s;
+  CompareStats& s = *r.cold;
   const int cc = value_class<TC>(cb), oc = value_class<TO>(ob);
   if (oc) s.oracle_nonfinite += 1;
   if (cc) s.candidate_nonfinite += 1;
@@ -82,8 +98,8 @@ KV_HD void step_nonfinite(Running& r, uint64_t cb, uint64_t ob, int64_t i) {
   if ((cc == 1) != (oc == 1)) { s.nan_mismatch += 1; if (s.first_nan == kNoIndex) s.first_nan = i; }
   if ((cc == 2) != (oc == 2)) { s.posinf_mismatch += 1; if (s.first_posinf == kNoIndex) s.first_posinf = i; }
   if ((cc == 3) != (oc == 3)) { s.neginf_mismatch += 1; if (s.first_neginf == kNoIndex) s.first_neginf = i; }
-  s.n_past_bound += 1;
-  if (s.first_past_bound == kNoIndex) s.first_past_bound = i;
+  r.s.n_past_bound += 1;
+  if (r.s.first_past_bound == kNoIndex) r.s.first_past_bound = i;
 }
 
 /// Accumulate one element: candidate bits `cb` of type TC against oracle bits `ob` of type TO at
@@ -94,7 +110,7 @@ KV_HD void step(Running& r, uint64_t cb, uint64_t ob, int64_t i, const Bound& b)
     step_nonfinite<TC, TO>(r, cb, ob, i);
     return;
   }
-  CompareStats& s = r.s;
+  Hot& s = r.s;
   const double c = widen<TC>(cb), o = widen<TO>(ob);
   const double d = c - o;
   const double err = fabs(d);
@@ -157,7 +173,7 @@ KV_HD float widen16(uint64_t b) {
 /// fp64 running sums.
 template <DType TC, DType TO>
 KV_HD void step_chunk16(Running& r, const uint64_t (&cb)[8], const uint64_t (&ob)[8], int64_t base, const Bound& b) {
-  CompareStats& s = r.s;
+  Hot& s = r.s;
   float sse = 0.0f, ssr = 0.0f;
   float amax = 0.0f, rn = 0.0f, rd = 1.0f;
   int aidx = -1, ridx = -1, uidx = -1;
@@ -212,7 +228,7 @@ KV_HD void step_chunk(Running& r, const uint64_t (&cb)[kChunk], const uint64_t (
     step_chunk16<TC, TO>(r, cb, ob, base, b);
     return;
   }
-  CompareStats& s = r.s;
+  Hot& s = r.s;
   double sse = 0.0, ssr = 0.0, amax = s.max_abs_err, rn = r.rel_num, rd = r.rel_den;
   int aidx = -1, ridx = -1, uidx = -1;
   unsigned past = 0;
@@ -254,7 +270,16 @@ KV_HD void step_chunk(Running& r, const uint64_t (&cb)[kChunk], const uint64_t (
 
 /// Turn the tracked (rel_num, rel_den) into max_rel_err; call once per Running before merging.
 KV_HD CompareStats finish(const Running& r) {
-  CompareStats s = r.s;
+  CompareStats s = *r.cold;
+  s.sum_sq_err = r.s.sum_sq_err;
+  s.sum_sq_ref = r.s.sum_sq_ref;
+  s.max_abs_err = r.s.max_abs_err;
+  s.max_abs_idx = r.s.max_abs_idx;
+  s.max_rel_idx = r.s.max_rel_idx;
+  s.max_ulp = r.s.max_ulp;
+  s.max_ulp_idx = r.s.max_ulp_idx;
+  s.n_past_bound = r.s.n_past_bound;
+  s.first_past_bound = r.s.first_past_bound;
   if (s.max_rel_idx != kNoIndex)
     s.max_rel_err = r.rel_den > 0.0 ? r.rel_num / r.rel_den : (r.rel_num > 0.0 ? INFINITY : 0.0);
   return s;
