@@ -35,7 +35,14 @@ std::string judge(const std::string& gate, const std::string& measurements) {
     if (gate == "G03") return gates::judge_g03(m).to_json().dump();
     if (gate == "G04") return gates::judge_g04(m).to_json().dump();
     if (gate == "G07") return gates::judge_g07(m).to_json().dump();
+    if (gate == "G05") return gates::judge_g05(m).to_json().dump();
+    if (gate == "G06") return gates::judge_g06(m).to_json().dump();
     if (gate == "G08") return gates::judge_g08(m).to_json().dump();
+    if (gate == "G09") return gates::judge_g09(m).to_json().dump();
+    if (gate == "G10") return gates::judge_g10(m).to_json().dump();
+    if (gate == "G11") return gates::judge_g11(m).to_json().dump();
+    if (gate == "G12") return gates::judge_g12(m).to_json().dump();
+    if (gate == "accuracy") return gates::judge_accuracy(m, "acc", "accuracy").to_json().dump();
   } catch (const json::exception& e) {
     KV_CHECK(false, "%s measurements malformed: %s", gate.c_str(), e.what());
   }

@@ -165,3 +165,71 @@ TEST(Incomparable, FailsWithReason) {
   }
   EXPECT_GT(gates::judge_g02(m).bound_ratio, 100.0);
 }
+
+TEST(G05, ShrunkShapeInEvidence) {
+  json m{{"variants", json::array({json{{"binding", {{"n", 7}}}, {"elements", 7}, {"verdict", "PASS"}},
+                                   json{{"binding", {{"n", 129}}}, {"elements", 129}, {"verdict", "FAIL"}, {"reason", "normwise 1"}, {"bound_ratio", 1e6}},
+                                   json{{"binding", {{"n", 1}}}, {"elements", 1}, {"verdict", "UNSUPPORTED"}}})},
+         {"shrunk", {{"binding", {{"n", 9}}}, {"elements", 9}, {"from", {{"n", 129}}}, {"steps", 3}, {"reason", "normwise 1"}}}};
+  auto r = gates::judge_g05(m);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_NE(r.summary.find("{\"n\":9}"), std::string::npos) << r.summary;
+  EXPECT_GT(r.bound_ratio, 100.0);
+  m["variants"][1]["verdict"] = "PASS";
+  EXPECT_EQ(gates::judge_g05(m).verdict, Verdict::Pass);
+  json none{{"variants", json::array({json{{"binding", {{"n", 1}}}, {"elements", 1}, {"verdict", "SKIPPED"}}})}};
+  EXPECT_EQ(gates::judge_g05(none).verdict, Verdict::NotApplicable);
+}
+
+TEST(G06G10, AccuracyRuleWithLabels) {
+  json bound{{"normwise", 1e-5}, {"atol", 1e-5}, {"rtol", 1e-5}};
+  json m{{"runs", {{{"seed", 1}, {"label", "offset 1000"}, {"outputs", {{{"index", 0}, {"candidate", stats(1e-4, 1.0)}, {"reference", stats(0, 1)}, {"bound", bound}}}}}}}};
+  auto r = gates::judge_g06(m);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_EQ(r.gate, "G06");
+  EXPECT_NE(r.summary.find("offset 1000"), std::string::npos);
+  EXPECT_EQ(gates::judge_g10(json{{"runs", json::array()}, {"skipped", {"x1e30: oracle not finite"}}}).verdict,
+            Verdict::NotApplicable);
+}
+
+TEST(G09, Sensitivity) {
+  json ok{{"perturbations", {{{"name", "input 0"}, {"reference_changed", 10}, {"ignored", 0}}}},
+          {"sequence", {{"calls", 12}, {"inconsistent_call", -1}}}};
+  EXPECT_EQ(gates::judge_g09(ok).verdict, Verdict::Pass);
+  auto bad = ok;
+  bad["perturbations"][0]["ignored"] = 4;
+  EXPECT_EQ(gates::judge_g09(bad).verdict, Verdict::Fail);
+  bad = ok;
+  bad["sequence"]["inconsistent_call"] = 3;
+  EXPECT_EQ(gates::judge_g09(bad).verdict, Verdict::Fail);
+}
+
+TEST(G11, GuardAndSanitizer) {
+  json ok{{"guard", {{"band_writes", 0}, {"output_depends_on_bands", false}}}, {"sanitizer", {{"not_applicable", "cpu"}}}};
+  EXPECT_EQ(gates::judge_g11(ok).verdict, Verdict::Pass);
+  auto bad = ok;
+  bad["guard"]["band_writes"] = 2;
+  EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
+  bad = ok;
+  bad["guard"]["output_depends_on_bands"] = true;
+  EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
+  bad = ok;
+  bad["sanitizer"] = {{"tools", {{{"tool", "racecheck"}, {"errors", 3}, {"first", "hazard"}}}}};
+  EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
+}
+
+TEST(G12, Stream) {
+  json ok{{"stream", {{"pending_writes_seen", true}, {"complete_after_stream_sync", true}}}, {"threads_added", 0}, {"patched", json::array()}};
+  EXPECT_EQ(gates::judge_g12(ok).verdict, Verdict::Pass);
+  for (auto key : {"pending_writes_seen", "complete_after_stream_sync"}) {
+    auto bad = ok;
+    bad["stream"][key] = false;
+    EXPECT_EQ(gates::judge_g12(bad).verdict, Verdict::Fail) << key;
+  }
+  auto bad = ok;
+  bad["patched"] = {"torch.cuda.synchronize"};
+  EXPECT_EQ(gates::judge_g12(bad).verdict, Verdict::Fail);
+  bad = ok;
+  bad["threads_added"] = 1;
+  EXPECT_EQ(gates::judge_g12(bad).verdict, Verdict::Fail);
+}

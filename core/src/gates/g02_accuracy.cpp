@@ -33,9 +33,9 @@ json g02_bound(const compare::CompareStats& ref, DType dtype) {
   return json{{"normwise", normwise}, {"atol", atol}, {"rtol", floor_elem(dtype)}};
 }
 
-GateResult judge_g02(const json& m) {
+GateResult judge_accuracy(const json& m, const char* gate, const char* name) {
   GateResult early;
-  if (incomparable(m, "G02", "accuracy", false, early)) return early;
+  if (incomparable(m, gate, name, false, early)) return early;
   double worst = 0.0;
   json worst_ev;
   int checked = 0;
@@ -52,7 +52,7 @@ GateResult judge_g02(const json& m) {
       const bool fail = ratio > 1.0 || elem_fail;
       if (fail && (worst_ev.is_null() || ratio > worst)) {
         worst = std::max(worst, ratio);
-        worst_ev = json{{"seed", run.at("seed")}, {"output", out.at("index")},
+        worst_ev = json{{"seed", run.at("seed")}, {"run", run.value("label", "")}, {"output", out.at("index")},
                         {"normwise", record::number(c.normwise_rel())}, {"bound", out.at("bound")},
                         {"reference_normwise", record::number(r.normwise_rel())},
                         {"past_bound", c.n_past_bound}, {"n", c.n}, {"first_index", c.first_past_bound},
@@ -64,22 +64,32 @@ GateResult judge_g02(const json& m) {
       }
     }
   }
-  if (checked == 0) return make_result("G02", "accuracy", false, Verdict::NotApplicable, "no float outputs to compare");
+  const json skipped = m.value("skipped", json::array());
+  if (checked == 0)
+    return make_result(gate, name, false, Verdict::NotApplicable,
+                       skipped.empty() ? std::string("no float outputs to compare")
+                                       : "every run skipped: " + skipped.at(0).get<std::string>(),
+                       {{"skipped", skipped}});
   if (!worst_ev.is_null()) {
     const double nw = record::number_from(worst_ev.at("normwise"));
-    GateResult g = make_result("G02", "accuracy", false, Verdict::Fail,
-        format("normwise err %.3g vs bound %.3g; %lld/%lld elements past bound, first at %lld (seed %s)",
-               nw, worst_ev.at("bound").at("normwise").get<double>(),
+    const std::string label = worst_ev.at("run").get<std::string>();
+    GateResult g = make_result(gate, name, false, Verdict::Fail,
+        format("%s%snormwise err %.3g vs bound %.3g; %lld/%lld elements past bound, first at %lld (seed %s)",
+               label.c_str(), label.empty() ? "" : ": ", nw, worst_ev.at("bound").at("normwise").get<double>(),
                (long long)worst_ev.at("past_bound").get<int64_t>(), (long long)worst_ev.at("n").get<int64_t>(),
                (long long)worst_ev.at("first_index").get<int64_t>(), worst_ev.at("seed").dump().c_str()),
         worst_ev);
     g.bound_ratio = std::isfinite(worst) ? std::max(worst, 1.0) : 1e300;
     return g;
   }
-  GateResult g = make_result("G02", "accuracy", false, Verdict::Pass,
-                             format("%d output-run(s) within bound; worst normwise/bound %.3g", checked, worst));
+  GateResult g = make_result(gate, name, false, Verdict::Pass,
+                             format("%d output-run(s) within bound; worst normwise/bound %.3g%s", checked, worst,
+                                    skipped.empty() ? "" : format("; %zu run(s) skipped", skipped.size()).c_str()),
+                             {{"skipped", skipped}});
   g.bound_ratio = worst;
   return g;
 }
+
+GateResult judge_g02(const json& m) { return judge_accuracy(m, "G02", "accuracy"); }
 
 }  // namespace kverify::gates

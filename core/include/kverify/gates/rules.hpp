@@ -28,6 +28,12 @@ constexpr double kRefFactor = 16.0;  ///< how much worse than the reference a ca
 double floor_norm(DType t);          ///< fp64 1e-13, fp32 1e-6, fp16 2e-3, bf16 1.6e-2
 double floor_elem(DType t);          ///< fp64 1e-11, fp32 1e-5, fp16 1e-2, bf16 6e-2
 
+/// The accuracy rule shared by G02, G05 (per variant), G06 and G10: every run/output within its
+/// normwise bound and every element within its elementwise bound; a class mismatch the reference
+/// does not make is unbounded. Optional "label" per run (named in the summary) and "skipped":
+/// [reasons] (all skipped gives N/A).
+GateResult judge_accuracy(const json& m, const char* gate, const char* name);
+
 /// G02 accuracy (tolerance-based). Measurements:
 /// {"runs":[{"seed":s,"outputs":[{"index":i,"dtype":"float32","candidate":stats,
 ///            "reference":stats,"bound":{"normwise","atol","rtol"}}]}]}
@@ -54,5 +60,34 @@ GateResult judge_g07(const json& m);
 /// dist_* are normwise distances of the output after the in-place rewrite to oracle(new inputs)
 /// and oracle(old inputs).
 GateResult judge_g08(const json& m);
+
+/// G05 shapes (tolerance-based). Measurements:
+/// {"variants":[{"binding":{..},"elements":n,"verdict":"PASS"|"FAIL"|"UNSUPPORTED"|"SKIPPED",
+///               "reason":"..","bound_ratio":x}],
+///  "shrunk":{"binding":{..},"elements":n,"from":{..},"steps":k,"reason":".."}   (when a variant failed)}
+GateResult judge_g05(const json& m);
+
+/// G06 accumulation (tolerance-based): the accuracy rule over runs labelled by input class.
+GateResult judge_g06(const json& m);
+
+/// G09 sensitivity (tolerance-free). Measurements:
+/// {"perturbations":[{"name":"input 0","reference_changed":n,"ignored":k,"first":i}],
+///  "sequence":{"calls":N,"inconsistent_call":k (-1 none),"label":"A"|"B"}}
+/// `ignored` counts elements where the low-precision reference's output changed bitwise but the
+/// candidate's did not.
+GateResult judge_g09(const json& m);
+
+/// G10 range (tolerance-based): the accuracy rule over runs labelled by input scale.
+GateResult judge_g10(const json& m);
+
+/// G11 memory-safety (tolerance-free). Measurements:
+/// {"sanitizer":{"not_applicable":"why"} | {"tools":[{"tool":"memcheck","errors":n,"first":"..."}]},
+///  "guard":{"band_writes":n,"tensor":"input 0","output_depends_on_bands":bool}}
+GateResult judge_g11(const json& m);
+
+/// G12 stream (tolerance-free). Measurements:
+/// {"stream":{"not_applicable":"why"} | {"pending_writes_seen":bool,"complete_after_stream_sync":bool},
+///  "threads_added":n, "patched":["torch.cuda.synchronize", ...]}
+GateResult judge_g12(const json& m);
 
 }  // namespace kverify::gates

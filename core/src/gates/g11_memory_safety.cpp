@@ -1,0 +1,32 @@
+// G11 memory-safety: compute-sanitizer (memcheck, racecheck, initcheck, synccheck) clean at small
+// shapes; inputs inside guard bands of sentinels: bands unchanged, output independent of them.
+#include "kverify/gates/rules.hpp"
+
+namespace kverify::gates {
+
+GateResult judge_g11(const json& m) {
+  const json& g = m.at("guard");
+  if (g.at("band_writes").get<int64_t>() > 0)
+    return make_result("G11", "memory-safety", true, Verdict::Fail,
+        format("wrote %lld element(s) outside %s (guard band changed)", (long long)g.at("band_writes").get<int64_t>(),
+               g.value("tensor", "an input").c_str()), m);
+  if (g.at("output_depends_on_bands").get<bool>())
+    return make_result("G11", "memory-safety", true, Verdict::Fail,
+        "output changes with the contents of the guard bands around the inputs (out-of-bounds read)", m);
+  const json& s = m.at("sanitizer");
+  int tools = 0;
+  if (!s.contains("not_applicable")) {
+    for (const auto& t : s.at("tools")) {
+      ++tools;
+      if (t.at("errors").get<int64_t>() > 0)
+        return make_result("G11", "memory-safety", true, Verdict::Fail,
+            format("compute-sanitizer %s: %lld error(s): %s", t.at("tool").get<std::string>().c_str(),
+                   (long long)t.at("errors").get<int64_t>(), t.value("first", "").c_str()), m);
+    }
+  }
+  return make_result("G11", "memory-safety", true, Verdict::Pass,
+      tools ? format("guard bands intact and unread; %d sanitizer tool(s) clean", tools)
+            : "guard bands intact and unread; sanitizer N/A: " + s.at("not_applicable").get<std::string>(), m);
+}
+
+}  // namespace kverify::gates
