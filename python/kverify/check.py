@@ -49,6 +49,10 @@ def resolve_gates(spec: str | None) -> list[str]:
     return [g for g in GATES if g in ids]
 
 
+def order(gate_ids: list[str]) -> list[str]:
+    return [g for g in GATES if g in gate_ids]
+
+
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
           device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,
           tolerance: float = 1e-2, standard: bool = True, workdir=None) -> dict:
@@ -63,23 +67,28 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
     gate_ids = gates or list(GATES)
     problem = Problem(reference_source, reference_path, tolerance)
     specs = problem.input_specs(seed)
-    ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device))
+    ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device), timeout=timeout)
     kw = dict(reference_source=reference_source, reference_path=reference_path,
               candidate_source=candidate_source, candidate_path=candidate_path,
               device=device, seed=seed, timeout=timeout, tolerance=tolerance)
     if workdir is not None:
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
+    ctx.sandbox = sandbox
 
     plans: dict[str, list[dict]] = {}
     results: dict[str, dict] = {}
     for g in gate_ids:
         mod = GATES[g]
-        reason = mod.applies(ctx)
-        if reason:
-            results[g] = _result(mod, "N/A", reason)
-        else:
-            plans[g] = mod.plan(ctx)
+        try:
+            reason = mod.applies(ctx)
+            if reason:
+                results[g] = _result(mod, "N/A", reason)
+            else:
+                plans[g] = mod.plan(ctx)
+        except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
+            results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
+                                 {"traceback": traceback.format_exc()[-2000:]})
     jobs = [j for g in plans for j in plans[g]]
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
     t_run = time.monotonic()
@@ -87,6 +96,13 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
     for g, plan in plans.items():
         mod = GATES[g]
         mine = {j["id"]: outcomes[j["id"]] for j in plan}
+        if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
+            try:
+                results[g] = mod.judge_outcomes(ctx, mine)
+            except Exception as e:  # noqa: BLE001
+                results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
+                                     {"traceback": traceback.format_exc()[-2000:]})
+            continue
         bad = next((o for o in mine.values() if o.status != "ok"), None)
         if bad is not None:
             verdict = "CRASH" if bad.status == "crash" else "TIMEOUT"

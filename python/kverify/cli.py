@@ -1,4 +1,4 @@
-"""Command line: `kverify check`, `kverify demo`.
+"""Command line: `kverify check`, `kverify demo`, `kverify controls`.
 
 Exit codes: 0 every gate passed (or N/A / UNSUPPORTED); 1 any FAIL, CRASH, TIMEOUT or ERROR;
 2 usage or loader error (missing file, syntax error, no Model/ModelNew, compile failure, a
@@ -60,7 +60,17 @@ def cmd_check(a) -> int:
 def cmd_demo(a) -> int:
     from kverify.demo import run_demo
 
-    return run_demo(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs)
+    from kverify.check import resolve_gates
+
+    return run_demo(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs, gates=resolve_gates(a.gates))
+
+
+def cmd_controls(a) -> int:
+    from kverify.controls import run_controls
+
+    if a.gates:
+        raise UsageError("kverify controls always runs all twelve gates")
+    return run_controls(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(d)
     d.add_argument("--jobs", type=int, default=2, help="candidates checked in parallel (default 2)")
     d.set_defaults(func=cmd_demo)
+    k = sub.add_parser("controls", help="run every positive control through all twelve gates")
+    _add_common(k)
+    k.add_argument("--jobs", type=int, default=2, help="controls checked in parallel (default 2)")
+    k.set_defaults(func=cmd_controls)
     try:
         a = ap.parse_args(argv)
         return a.func(a)

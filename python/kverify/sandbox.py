@@ -45,6 +45,7 @@ class Outcome:
     status: str
     result: dict | None = None
     detail: str = ""
+    log: str = ""  #: the worker's combined stdout/stderr file (sanitizer reports land here)
 
 
 @dataclass
@@ -85,8 +86,10 @@ class Sandbox:
             env.update(CPU_MALLOC_ENV)
         return env
 
-    def run(self, jobs: list[dict], tag: str = "gates") -> list[Outcome]:
-        """Run ``jobs`` in order; returns one Outcome per job.
+    def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
+            timeout: float | None = None) -> list[Outcome]:
+        """Run ``jobs`` in order; returns one Outcome per job. ``wrapper`` prefixes the worker's
+        command (e.g. compute-sanitizer and its flags); ``timeout`` overrides the per-job timeout.
 
         Raises:
             LoadError: the candidate cannot be loaded (syntax, missing ModelNew, compile error,
@@ -97,10 +100,10 @@ class Sandbox:
         outcomes: list[Outcome | None] = [None] * len(jobs)
         start = 0
         while start < len(jobs):
-            start = self._launch(jobs, start, jobdir, outcomes)
+            start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout)
         return outcomes  # type: ignore[return-value]
 
-    def _launch(self, jobs, start, jobdir: Path, outcomes) -> int:
+    def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float) -> int:
         spec = {"reference": {"file": str(self.workdir / "reference.py"), "path": self.reference_path},
                 "candidate": {"file": str(self.workdir / "candidate.py"), "path": self.candidate_path},
                 "device": self.device, "seed": self.seed, "tolerance": self.tolerance,
@@ -111,7 +114,7 @@ class Sandbox:
         log_path = jobdir / f"worker_{self._launches}.log"
         rfd, wfd = os.pipe()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
+            proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     pass_fds=(wfd,), env=self._env(), start_new_session=True)
         os.close(wfd)
@@ -122,20 +125,21 @@ class Sandbox:
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)
             for k in range(start, len(jobs)):
-                line = reader.next(self.timeout)
+                line = reader.next(timeout)
                 if line == f"done {k}":
-                    outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False))
+                    outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False),
+                                          log=str(log_path))
                     continue
                 if line is None:  # timed out
                     self._kill(proc)
-                    outcomes[k] = Outcome("timeout", detail=f"no result after {self.timeout:g} s; "
-                                                            f"output tail: {_tail(log_path)}")
+                    outcomes[k] = Outcome("timeout", detail=f"no result after {timeout:g} s; "
+                                                            f"output tail: {_tail(log_path)}", log=str(log_path))
                 else:  # EOF: the process ended during job k
                     rc = proc.wait()
                     outcomes[k] = Outcome("crash", detail=f"{_describe_exit(rc)} during the call; "
-                                                          f"output tail: {_tail(log_path)}")
+                                                          f"output tail: {_tail(log_path)}", log=str(log_path))
                 return k + 1
-            proc.wait(timeout=60)
+            proc.wait(timeout=120)
             return len(jobs)
         finally:
             reader.close()

@@ -73,12 +73,21 @@ GateResult judge_accuracy(const json& m, const char* gate, const char* name) {
   if (!worst_ev.is_null()) {
     const double nw = record::number_from(worst_ev.at("normwise"));
     const std::string label = worst_ev.at("run").get<std::string>();
+    const int64_t nonfinite = worst_ev.at("nonfinite_mismatch").get<int64_t>();
+    const std::string what =
+        nonfinite > 0
+            ? format("%lld element(s) differ from the oracle in class (NaN/Inf vs finite), first at %lld; "
+                     "finite elements: normwise err %.3g vs bound %.3g",
+                     (long long)nonfinite, (long long)worst_ev.at("first_index").get<int64_t>(), nw,
+                     worst_ev.at("bound").at("normwise").get<double>())
+            : format("normwise err %.3g vs bound %.3g; %lld/%lld elements past bound, first at %lld", nw,
+                     worst_ev.at("bound").at("normwise").get<double>(),
+                     (long long)worst_ev.at("past_bound").get<int64_t>(), (long long)worst_ev.at("n").get<int64_t>(),
+                     (long long)worst_ev.at("first_index").get<int64_t>());
     GateResult g = make_result(gate, name, false, Verdict::Fail,
-        format("%s%snormwise err %.3g vs bound %.3g; %lld/%lld elements past bound, first at %lld (seed %s)",
-               label.c_str(), label.empty() ? "" : ": ", nw, worst_ev.at("bound").at("normwise").get<double>(),
-               (long long)worst_ev.at("past_bound").get<int64_t>(), (long long)worst_ev.at("n").get<int64_t>(),
-               (long long)worst_ev.at("first_index").get<int64_t>(), worst_ev.at("seed").dump().c_str()),
-        worst_ev);
+                               format("%s%s%s (seed %s)", label.c_str(), label.empty() ? "" : ": ", what.c_str(),
+                                      worst_ev.at("seed").dump().c_str()),
+                               worst_ev);
     g.bound_ratio = std::isfinite(worst) ? std::max(worst, 1.0) : 1e300;
     return g;
   }

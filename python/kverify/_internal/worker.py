@@ -59,11 +59,40 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().view(view) if t.dtype != torch.bool else t.detach().contiguous().view(torch.uint8)
 
 
+#: Functions a kernel could replace to fool a harness (G12): "module.attr" paths.
+WATCHED = ["torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.record",
+           "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "torch.cuda.Stream.synchronize",
+           "torch.allclose", "torch.equal", "torch.isclose", "torch.Tensor.__eq__", "torch.Tensor.allclose",
+           "torch.testing.assert_close", "time.time", "time.perf_counter", "time.monotonic", "time.sleep"]
+
+
+def _resolve(path: str):
+    import importlib
+
+    mod, *attrs = path.split(".")
+    obj = importlib.import_module(mod)
+    for a in attrs:
+        obj = getattr(obj, a, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def snapshot() -> dict:
+    import time  # noqa: F401 — resolved by name
+
+    return {p: _resolve(p) for p in WATCHED}
+
+
 class Runner:
     """Holds the loaded candidate and builds models per binding."""
 
     def __init__(self, spec: dict):
         self.spec = spec
+        self.watched = snapshot()
+        import threading
+
+        self.threads_before = threading.active_count()
         self.device = spec["device"]
         self.seed = spec["seed"]
         ref = spec["reference"]
@@ -202,6 +231,146 @@ class Runner:
         return {"outputs": sentinels, "unchanged": d1 == d2,
                 "rewritten": [o.detach().cpu() if isinstance(o, torch.Tensor) else None for o in y2]}
 
+    def perturb(self, job) -> dict:
+        """Outputs at the base inputs, then with each tensor input redrawn alone (another seed), then
+        with each parameter/buffer shared with the reference transformed alone (x * 1.0625 + 0.0625)."""
+        m = self.model(job.get("binding"))
+        specs = [InputSpec.from_json(s) for s in job["inputs"]]
+        base = synthesize(specs, job["seed"], self.device)
+        alt = synthesize(specs, job["alt_seed"], self.device)
+        outs = {}
+        try:
+            with torch.no_grad():
+                outs["base"] = _cpu(m(*base))
+                for i, sp in enumerate(specs):
+                    if sp.kind == "tensor":
+                        x = list(base)
+                        x[i] = alt[i]
+                        outs[f"input {i}"] = _cpu(m(*x))
+                own = dict(m.named_parameters())
+                own.update(dict(m.named_buffers()))
+                for name in job["tensors"]:
+                    t = own.get(name)
+                    if t is None or not t.is_floating_point():
+                        continue
+                    keep = t.detach().clone()
+                    t.data.mul_(1.0625).add_(0.0625)
+                    outs[f"tensor {name}"] = _cpu(m(*base))
+                    t.data.copy_(keep)
+            _sync(self.device)
+        except Exception as e:  # noqa: BLE001
+            return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        return {"outputs": outs}
+
+    def sequence(self, job) -> dict:
+        """Calls alternating between inputs A and B, `calls` times, in one process: digests."""
+        m = self.model(job.get("binding"))
+        specs = [InputSpec.from_json(s) for s in job["inputs"]]
+        xs = {"A": synthesize(specs, job["seed"], self.device), "B": synthesize(specs, job["alt_seed"], self.device)}
+        digests = []
+        try:
+            with torch.no_grad():
+                for k in range(job["calls"]):
+                    label = "AB"[k % 2]
+                    y = as_outputs(m(*xs[label]))
+                    _sync(self.device)
+                    digests.append([label, [engine.digest(o) for o in y if isinstance(o, torch.Tensor)]])
+        except Exception as e:  # noqa: BLE001
+            return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        return {"digests": digests}
+
+    def guard(self, job) -> dict:
+        """Each tensor input inside a buffer with `band` sentinel elements before and after it;
+        the call must leave the bands intact, and its output must not change when the bands are
+        refilled with other values (an out-of-bounds read)."""
+        m = self.model(job.get("binding"))
+        x = self.inputs(job)
+        band = job["band"]
+        bufs, views = [], []
+        for t in x:
+            if not isinstance(t, torch.Tensor):
+                views.append(t)
+                bufs.append(None)
+                continue
+            buf = torch.empty(t.numel() + 2 * band, dtype=t.dtype, device=t.device)
+            engine.fill_sentinel(buf)
+            v = buf[band:band + t.numel()].view(t.shape)
+            v.copy_(t)
+            bufs.append(buf)
+            views.append(v)
+        def call():
+            for v, t in zip(views, x):  # restore the inputs (a G07 offender may have changed them)
+                if isinstance(t, torch.Tensor):
+                    v.copy_(t)
+            _sync(self.device)
+            with torch.no_grad():
+                y = [o for o in as_outputs(m(*views)) if isinstance(o, torch.Tensor)]
+            _sync(self.device)
+            return [engine.digest(o) for o in y]
+
+        try:
+            d1 = call()
+            writes, where = 0, None
+            for i, buf in enumerate(bufs):
+                if buf is None:
+                    continue
+                for part in (buf[:band], buf[-band:]):
+                    n, _ = engine.count_sentinel(part)
+                    if n != band:
+                        writes += band - n
+                        where = where or f"input {i}"
+            same = call() == d1  # same bands again: is the call reproducible at all?
+            for buf in bufs:  # other band contents: large finite values
+                if buf is not None:
+                    engine.fill(buf[:band], 99, engine.Dist("uniform", 1e3, 1e4))
+                    engine.fill(buf[-band:], 98, engine.Dist("uniform", 1e3, 1e4))
+            d3 = call()
+        except Exception as e:  # noqa: BLE001
+            return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        if not same:
+            return {"band_writes": writes, "tensor": where, "output_depends_on_bands": False,
+                    "band_read_test": "skipped: two calls with the same bands differ (not deterministic, see G04)"}
+        return {"band_writes": writes, "tensor": where, "output_depends_on_bands": d3 != d1}
+
+    def stream(self, job) -> dict:
+        """G12: threads left behind, patched functions, and (CUDA) the current-stream contract."""
+        import threading
+
+        m = self.model(job.get("binding"))
+        x = self.inputs(job)
+        out = {}
+        try:
+            with torch.no_grad():
+                plain = [engine.digest(o) for o in as_outputs(m(*x)) if isinstance(o, torch.Tensor)]
+                _sync(self.device)
+                if self.device == "cuda":
+                    s = torch.cuda.Stream()
+                    pending = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in x]
+                    for t in pending:
+                        if isinstance(t, torch.Tensor):
+                            engine.fill_sentinel(t)
+                    torch.cuda.synchronize()
+                    with torch.cuda.stream(s):
+                        torch.cuda._sleep(job.get("sleep_cycles", 100_000_000))  # ~50 ms on s
+                        for t, src in zip(pending, x):
+                            if isinstance(t, torch.Tensor):
+                                t.copy_(src)  # writes still pending on s when the candidate starts
+                        y = [o for o in as_outputs(m(*pending)) if isinstance(o, torch.Tensor)]
+                    s.synchronize()
+                    after_stream = [engine.digest(o) for o in y]
+                    torch.cuda.synchronize()
+                    after_device = [engine.digest(o) for o in y]
+                    out["stream"] = {"pending_writes_seen": after_device == plain,
+                                     "complete_after_stream_sync": after_stream == after_device}
+                else:
+                    out["stream"] = {"not_applicable": "CPU run: no CUDA streams"}
+        except Exception as e:  # noqa: BLE001
+            return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        now = snapshot()
+        out["patched"] = [p for p, f in self.watched.items() if now.get(p) is not f]
+        out["threads_added"] = max(0, threading.active_count() - self.threads_before)
+        return out
+
     def standard(self, job) -> dict:
         """The field's check, in the field's way: reference first, then the candidate, on the same
         tensors from get_inputs(), `trials` times, torch.allclose(atol=rtol=tol)."""
@@ -233,6 +402,10 @@ class Runner:
                     return {"verdict": "FAIL", "summary": f"trial {trial}: allclose failed (max abs diff {diff:.3g}, tol {tol:g})"}
             passed += 1
         return {"verdict": "PASS", "summary": f"{passed}/{job['trials']} trials allclose (atol=rtol={tol:g})"}
+
+
+def _cpu(y) -> list:
+    return [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in as_outputs(y)]
 
 
 def _atomic_save(obj, path: str) -> None:

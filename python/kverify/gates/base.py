@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kverify import engine
 from kverify.problem import InputSpec, Oracle, Problem, derive_seed, synthesize
 
 
@@ -31,6 +32,8 @@ class Context:
     seed: int
     oracle: Oracle
     cache: dict = field(default_factory=dict)
+    sandbox: object = None  # kverify.sandbox.Sandbox, for gates that need further rounds (G05)
+    timeout: float = 120.0
 
     def seed_for(self, label: str) -> int:
         return derive_seed(self.seed, label)
@@ -51,6 +54,33 @@ class Context:
         if key not in self.cache:
             self.cache[key] = self.oracle.run(self.inputs_of(job, seed_key), job.get("binding"))
         return self.cache[key]
+
+    def job_at(self, kind: str, label: str, binding: dict | None, specs: list[InputSpec], **extra) -> dict:
+        """A job at another binding of the free dimensions."""
+        return {"kind": kind, "id": label, "seed": self.seed_for(label), "binding": binding,
+                "inputs": [s.to_json() for s in specs], **extra}
+
+    def specs_at(self, binding: dict | None) -> list[InputSpec]:
+        """Input specs at ``binding`` (sampled once from get_inputs with the base seed)."""
+        key = ("specs", repr(sorted((binding or {}).items())))
+        if key not in self.cache:
+            self.cache[key] = self.problem.input_specs(self.seed, binding)
+            self.problem.bind(None)
+        return self.cache[key]
+
+    def small_binding(self, limit: int = 1 << 16) -> dict | None:
+        """A binding with every free dimension above 64 lowered to 67 (odd, past a 64-wide tile),
+        when the inputs at the problem's own shape exceed ``limit`` elements and the reference
+        runs there; None (own shape) otherwise."""
+        if spec_numel(self.specs) <= limit or not self.problem.dims:
+            return None
+        b = {k: (67 if v > 64 else v) for k, v in self.problem.dims.items()}
+        try:
+            specs = self.specs_at(b)
+            self.oracle.run(synthesize(specs, self.seed, self.device), b)
+        except Exception:  # noqa: BLE001 — the reference cannot run there: use the own shape
+            return None
+        return b
 
     def float_inputs(self) -> bool:
         return any(s.kind == "tensor" and s.torch_dtype.is_floating_point for s in self.specs)
@@ -82,3 +112,46 @@ def shape_problem(cand, oracle) -> str | None:
 
 
 __all__ = ["Context", "values", "value_at", "shape_problem"]
+
+
+def spec_numel(specs) -> int:
+    """Total elements of the tensor inputs of ``specs``."""
+    return sum(s.numel for s in specs if s.kind == "tensor")
+
+
+def accuracy_output(cand, oracle, ref) -> dict:
+    """One output's measurements for the core accuracy rule (bound calibrated on ``ref``)."""
+    rs = engine.compare(ref, oracle)
+    b = engine.g02_bound(rs, ref.dtype if ref.is_floating_point() else oracle.dtype)
+    cs = engine.compare(cand, oracle, b["atol"], b["rtol"])
+    first = cs["first_past_bound"] if cs["first_past_bound"] >= 0 else cs["max_abs_idx"]
+    return {"candidate": cs, "reference": rs, "bound": b, "values": values(first, cand, oracle, ref)}
+
+
+def accuracy_run(job: dict, result: dict, oracle: list, ref: list, label: str = "") -> tuple[dict | None, str | None]:
+    """({"seed","label","outputs"} for the accuracy rule, None) or (None, why not comparable)."""
+    outs = []
+    cands = result.get("outputs", [])
+    for i, (o, r) in enumerate(zip(oracle, ref)):
+        c = cands[i] if i < len(cands) else None
+        why = shape_problem(c, o)
+        if why:
+            return None, f"output {i}: {why}"
+        outs.append({"index": i, **accuracy_output(c, o, r)})
+    if len(cands) != len(oracle):
+        return None, f"{len(cands)} outputs, reference returns {len(oracle)}"
+    return {"seed": job["seed"], "label": label, "outputs": outs}, None
+
+
+def reference_consistent(oracle: list, ref: list) -> str | None:
+    """Why the low-precision reference cannot calibrate a run (non-finite where the oracle is
+    finite or the reverse), or None."""
+    for i, (o, r) in enumerate(zip(oracle, ref)):
+        if not isinstance(o, torch.Tensor) or not o.is_floating_point():
+            continue
+        s = engine.compare(r, o)
+        if s["nan_mismatch"] + s["posinf_mismatch"] + s["neginf_mismatch"]:
+            return f"the reference itself is non-finite where the oracle is not (output {i})"
+        if s["oracle_nonfinite"]:
+            return f"the oracle is not finite (output {i})"
+    return None

@@ -1,0 +1,141 @@
+"""G05 shapes — tolerance-based (the accuracy rule per variant).
+
+Contract: every free dimension at adversarial sizes — 1, small primes, tile sizes +-1 (31/33,
+63/65, 127/129, 255/257), the default +-1 and one size above the default within a memory budget
+— alone, and two combinations (all dimensions 13; all dimensions default-1): each variant that the
+reference can run passes the contract and the accuracy rule, or raises a clear error
+(UNSUPPORTED). A silently wrong variant fails, and is shrunk to the smallest failing shape found
+(passes: dimension -> 1, -> nearest smaller small prime, halve, minus one; Hypothesis-style).
+Catches: sizes hard-coded with #define, missing bounds checks on the last tile, vectorised loads
+that assume divisibility by 4/8, grid sizes computed for the default shape only.
+Controls: controls/g05_*.
+"""
+from __future__ import annotations
+
+from kverify import engine
+from kverify.gates.base import Context, accuracy_run, spec_numel
+from kverify.problem import synthesize
+
+GATE, NAME, TOLERANCE_FREE = "G05", "shapes", False
+SIZES = (1, 2, 3, 7, 13, 31, 33, 63, 65, 127, 129, 255, 257)
+SMALL_PRIMES = (1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
+MIN_BUDGET = 1 << 22       # elements of all inputs together, at least
+BUDGET_FACTOR = 2          # or this many times the default shape's inputs
+SHRINK_ROUNDS = 6
+
+
+def applies(ctx: Context) -> str | None:
+    return None if ctx.problem.dims else "the problem has no free dimensions"
+
+
+def _key(b: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(b.items()))
+
+
+def _budget(ctx: Context) -> int:
+    return max(MIN_BUDGET, BUDGET_FACTOR * spec_numel(ctx.specs))
+
+
+def variants(ctx: Context) -> list[dict]:
+    dims = ctx.problem.dims
+    out: list[dict] = []
+    for d, v in dims.items():
+        for s in sorted(set(SIZES) | {v - 1, v + 1, v + v // 2 + 1}):
+            if s >= 1 and s != v:
+                out.append({**dims, d: s})
+    if len(dims) > 1:
+        out.append({d: 13 for d in dims})
+        out.append({d: max(1, v - 1) for d, v in dims.items()})
+    seen, uniq = set(), []
+    for b in out:
+        if _key(b) not in seen:
+            seen.add(_key(b))
+            uniq.append(b)
+    return uniq
+
+
+def _valid(ctx: Context, b: dict) -> str | None:
+    """Why the reference cannot be run at ``b`` (error, over budget), or None. Caches its outputs."""
+    try:
+        specs = ctx.specs_at(b)
+    except Exception as e:  # noqa: BLE001
+        return f"get_inputs fails: {type(e).__name__}"
+    if spec_numel(specs) > _budget(ctx):
+        return "over the memory budget"
+    try:
+        ctx.expected(_job(ctx, b))
+    except Exception as e:  # noqa: BLE001
+        return f"reference raises {type(e).__name__}"
+    return None
+
+
+def _job(ctx: Context, b: dict) -> dict:
+    return ctx.job_at("run", f"G05/{_key(b)}", b, ctx.specs_at(b))
+
+
+def plan(ctx: Context) -> list[dict]:
+    ctx.cache["G05/variants"] = [(b, _valid(ctx, b)) for b in variants(ctx)]
+    return [_job(ctx, b) for b, why in ctx.cache["G05/variants"] if why is None]
+
+
+def _elements(ctx: Context, b: dict) -> int:
+    return spec_numel(ctx.specs_at(b))
+
+
+def _verdict(ctx: Context, b: dict, outcome) -> dict:
+    rec = {"binding": b, "elements": _elements(ctx, b)}
+    if outcome.status != "ok":
+        return {**rec, "verdict": "FAIL", "reason": f"{outcome.status}: {outcome.detail[:160]}", "bound_ratio": 1e300}
+    r = outcome.result
+    if "error" in r:
+        return {**rec, "verdict": "SKIPPED", "reason": "kverify fault: " + r["error"].strip().splitlines()[-1]}
+    if "exception" in r:
+        return {**rec, "verdict": "UNSUPPORTED", "reason": r["exception"][:160]}
+    job = _job(ctx, b)
+    oracle, ref = ctx.expected(job)
+    run, why = accuracy_run(job, r, oracle, ref)
+    if why:
+        return {**rec, "verdict": "FAIL", "reason": why, "bound_ratio": 1e300}
+    g = engine.judge("accuracy", {"runs": [run]})
+    return {**rec, "verdict": g["verdict"], "reason": g["summary"][:200], "bound_ratio": g["bound_ratio"]}
+
+
+def _shrink_steps(v: int) -> list[int]:
+    primes = [p for p in SMALL_PRIMES if p < v]
+    return sorted({s for s in (1, primes[-1] if primes else 1, v // 2, v - 1) if 1 <= s < v}, reverse=True)
+
+
+def _shrink(ctx: Context, failing: dict) -> dict:
+    best, steps = failing, 0
+    for _ in range(SHRINK_ROUNDS):
+        cands = []
+        for d, v in best["binding"].items():
+            for s in _shrink_steps(v):
+                b = {**best["binding"], d: s}
+                if _valid(ctx, b) is None and _elements(ctx, b) < best["elements"]:
+                    cands.append(b)
+        if not cands:
+            break
+        outs = ctx.sandbox.run([_job(ctx, b) for b in cands], tag="G05-shrink")
+        fails = [v for v in (_verdict(ctx, b, o) for b, o in zip(cands, outs)) if v["verdict"] == "FAIL"]
+        if not fails:
+            break
+        best = min(fails, key=lambda v: (v["elements"], _key(v["binding"])))
+        steps += 1
+    return {"binding": best["binding"], "elements": best["elements"], "from": failing["binding"], "steps": steps,
+            "reason": best["reason"]}
+
+
+def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
+    """Judge from the jobs' outcomes: a crash or timeout at one variant is that variant's FAIL."""
+    recs = []
+    for b, why in ctx.cache["G05/variants"]:
+        if why is not None:
+            recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": why})
+            continue
+        recs.append(_verdict(ctx, b, outcomes[_job(ctx, b)["id"]]))
+    m = {"variants": recs}
+    fails = [r for r in recs if r["verdict"] == "FAIL"]
+    if fails:
+        m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: (v["elements"], _key(v["binding"]))))
+    return engine.judge(GATE, m)
