@@ -28,7 +28,7 @@ def test_correct_candidate_passes_and_writes_json(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads(out.read_text())
     assert rep["class"] == "CLEAN" and rep["standard"]["verdict"] == "PASS"
-    assert [g["gate"] for g in rep["gates"]] == ["G01", "G02", "G03", "G04", "G07", "G08"]
+    assert [g["gate"] for g in rep["gates"]] == [f"G{i:02d}" for i in range(1, 13)]
 
 
 def test_nan_to_zero_fails_g03_while_standard_passes(tmp_path):
@@ -96,3 +96,39 @@ def test_usage_errors():
     assert run("check", RELU / "reference.py", RELU / "correct.py", "--gates", "G99").returncode == 2
     r = run("check", "--corpus", "/nonexistent.jsonl", "--id", "x")
     assert r.returncode == 2 and "no such corpus file" in r.stderr
+
+
+@pytest.mark.parametrize("ref_body,needle", [
+    ("class Model(nn.Module):\n    def forward(self, x):\n        raise ValueError('ref boom')\n"
+     "def get_inputs(): return [torch.randn(3)]\ndef get_init_inputs(): return []\n", "ref boom"),
+    ("class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+     "def get_inputs(): return torch.randn(3)\ndef get_init_inputs(): return []\n", "must return a list"),
+])
+def test_bad_reference_is_exit_2(tmp_path, ref_body, needle):
+    ref = cand(tmp_path, ref_body, "ref.py")
+    r = run("check", ref, RELU / "correct.py", "--device", "cpu")
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["--tol", "nan"], ["--tol", "-1"], ["--timeout", "0"], ["--json", "/nonexistent/d/r.json"]])
+def test_bad_options_are_usage_errors(args):
+    r = run("check", RELU / "reference.py", RELU / "correct.py", "--device", "cpu", "--gates", "G01", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_tuple_for_tensor_fails_g01(tmp_path):
+    c = cand(tmp_path, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return (torch.relu(x),)\n")
+    out = tmp_path / "r.json"
+    r = run("check", RELU / "reference.py", c, "--device", "cpu", "--gates", "G01", "--json", out)
+    g = json.loads(out.read_text())["gates"][0]
+    assert r.returncode == 1 and g["verdict"] == "FAIL" and "tuple" in g["summary"]
+
+
+def test_corpus_field_errors(tmp_path):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"id": "h", "reference": "x", "candidate": "y", "harness": "strict"}) + "\n")
+    r = run("check", "--corpus", f, "--id", "h")
+    assert r.returncode == 2 and "harness" in r.stderr and "Traceback" not in r.stderr
+    f.write_bytes(b"\xff\xfe{}\n")
+    r = run("check", "--corpus", f, "--id", "h")
+    assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr

@@ -45,6 +45,11 @@ TEST(G01, PassAndEachFailure) {
   bad["candidate"][0]["dense"] = false;
   EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
   bad = m;
+  bad["reference_container"] = "tensor";
+  bad["candidate_container"] = "tuple";
+  EXPECT_NE(gates::judge_g01(bad).summary.find("tuple"), std::string::npos);
+  EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
+  bad = m;
   bad["exception"] = "RuntimeError: boom";
   EXPECT_EQ(gates::judge_g01(bad).verdict, Verdict::Fail);
   EXPECT_TRUE(gates::judge_g01(m).tolerance_free);

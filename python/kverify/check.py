@@ -13,7 +13,7 @@ import traceback
 import torch
 
 from kverify import _core
-from kverify.errors import UsageError
+from kverify.errors import LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import Context
 from kverify.problem import Oracle, Problem
@@ -55,7 +55,7 @@ def order(gate_ids: list[str]) -> list[str]:
 
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
           device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,
-          tolerance: float = 1e-2, standard: bool = True, workdir=None) -> dict:
+          tolerance: float = 1e-2, standard: bool = True, workdir=None, load_timeout: float = 900.0) -> dict:
     """Run the gates and the standard test; returns the CheckReport as a dict (core JSON form).
 
     Raises:
@@ -65,12 +65,20 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
     t0 = time.monotonic()
     device = resolve_device(device)
     gate_ids = gates or list(GATES)
+    if not (tolerance > 0 and tolerance == tolerance):
+        raise UsageError(f"tolerance must be a positive number, got {tolerance!r}")
+    if not timeout > 0:
+        raise UsageError(f"timeout must be positive, got {timeout!r}")
     problem = Problem(reference_source, reference_path, tolerance)
     specs = problem.input_specs(seed)
     ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device), timeout=timeout)
+    try:  # the reference itself must run at its own shape, or nothing can be judged
+        ctx.expected(ctx.job("run", "G01"))
+    except Exception as e:  # noqa: BLE001
+        raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
     kw = dict(reference_source=reference_source, reference_path=reference_path,
               candidate_source=candidate_source, candidate_path=candidate_path,
-              device=device, seed=seed, timeout=timeout, tolerance=tolerance)
+              device=device, seed=seed, timeout=timeout, tolerance=tolerance, load_timeout=load_timeout)
     if workdir is not None:
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
@@ -134,11 +142,14 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         else:
             std.update(verdict="CRASH" if o.status == "crash" else "TIMEOUT", summary=o.detail[:300])
 
+    sandbox.cleanup()
     report = {"reference": reference_path, "candidate": candidate_path, "device": device, "seed": seed,
               "gates": [results[g] for g in gate_ids], "standard": std,
               "meta": {"free_dimensions": problem.dims, "torch": torch.__version__,
                        "inputs": [s.to_json() for s in specs],
-                       "seconds": {"candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3)}}}
+                       "seconds": {"candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
+                                   "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
+                                   "loads": sandbox.load_seconds}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

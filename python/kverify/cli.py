@@ -7,6 +7,7 @@ candidate that exits or crashes while loading) — always a one-line message, ne
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -29,7 +30,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     p.add_argument("--gates", default=None, help="comma-separated gate ids, e.g. G01,G03 (default: all)")
     p.add_argument("--seed", type=int, default=0, help="base seed of weights and inputs (default 0)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per candidate job (default 120)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds per candidate job: the calls of one gate run (default 120)")
+    p.add_argument("--load-timeout", type=float, default=900.0,
+                   help="seconds to import and compile the candidate (default 900)")
 
 
 def cmd_check(a) -> int:
@@ -43,14 +47,18 @@ def cmd_check(a) -> int:
             raise UsageError("--corpus FILE needs --id ID and no REF/CAND paths")
         row = load_row(a.corpus, a.id)
         ref_path, cand_path = row.paths(a.corpus)
-        ref_src, cand_src, tol = row.reference, row.candidate, a.tol if a.tol else row.tolerance
+        ref_src, cand_src, tol = row.reference, row.candidate, a.tol if a.tol is not None else row.tolerance
     else:
         if not (a.reference and a.candidate):
             raise UsageError("give REF and CAND files, or --corpus FILE --id ID")
         ref_src, cand_src = _read(a.reference, "reference"), _read(a.candidate, "candidate")
-        ref_path, cand_path, tol = a.reference, a.candidate, a.tol or 1e-2
+        ref_path, cand_path, tol = a.reference, a.candidate, a.tol if a.tol is not None else 1e-2
+    if a.json and not Path(a.json).resolve().parent.is_dir():
+        raise UsageError(f"--json {a.json}: folder {Path(a.json).resolve().parent} does not exist")
     report = check(ref_src, ref_path, cand_src, cand_path, device=a.device, gates=resolve_gates(a.gates),
-                   seed=a.seed, timeout=a.timeout, tolerance=tol)
+                   seed=a.seed, timeout=a.timeout, tolerance=tol, load_timeout=a.load_timeout)
+    if a.corpus:
+        report["meta"]["replay_source"] = f"--corpus {a.corpus} --id {a.id}"
     print_report(report, verbose=a.verbose)
     if a.json:
         write_json(report, a.json)
@@ -94,8 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(k)
     k.add_argument("--jobs", type=int, default=2, help="controls checked in parallel (default 2)")
     k.set_defaults(func=cmd_controls)
+    # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         a = ap.parse_args(argv)
+        if a.timeout <= 0 or a.load_timeout <= 0:
+            raise UsageError("--timeout and --load-timeout must be positive")
         return a.func(a)
     except LoadError as e:
         Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False)

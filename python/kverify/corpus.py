@@ -29,8 +29,12 @@ def iter_rows(file: str):
     p = Path(file)
     if not p.is_file():
         raise LoadError(file, "no such corpus file")
-    with p.open() as f:
-        for n, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LoadError(f"{file}:{n}", f"not UTF-8 text: {e.reason} at byte {e.start}") from None
             if not line.strip():
                 continue
             try:
@@ -50,8 +54,11 @@ def load_row(file: str, row_id: str) -> CorpusRow:
         for k in REQUIRED:
             if not isinstance(row.get(k), str):
                 raise LoadError(f"{file}:{n}", f"field '{k}' missing or not a string")
-        tol = (row.get("harness") or {}).get("allclose_tol", 1e-2)
-        if not isinstance(tol, (int, float)) or tol <= 0:
+        harness = row.get("harness", {})
+        if not isinstance(harness, dict):
+            raise LoadError(f"{file}:{n}", f"field 'harness' must be an object, got {type(harness).__name__}")
+        tol = harness.get("allclose_tol", 1e-2)
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise LoadError(f"{file}:{n}", f"field 'harness.allclose_tol' must be a positive number, got {tol!r}")
         return CorpusRow(row["id"], row["reference"], row["candidate"], float(tol), row)
     raise LoadError(file, f"no row with id '{row_id}'")

@@ -176,7 +176,13 @@ class Problem:
 
     def init_inputs(self, seed: int) -> list:
         torch.manual_seed(seed)
-        return list(self.module.get_init_inputs())
+        try:
+            init = self.module.get_init_inputs()
+        except Exception as e:  # noqa: BLE001
+            raise LoadError(self.path, f"get_init_inputs() raised {type(e).__name__}: {e}") from None
+        if not isinstance(init, (list, tuple)):
+            raise LoadError(self.path, f"get_init_inputs() must return a list, got a {type(init).__name__}")
+        return list(init)
 
     def input_specs(self, seed: int, binding: dict[str, int] | None = None) -> list[InputSpec]:
         """Specs of get_inputs() at ``binding``: each tensor's shape, dtype and a distribution
@@ -184,9 +190,12 @@ class Problem:
         self.bind(binding)
         torch.manual_seed(seed)
         try:
-            sample = list(self.module.get_inputs())
+            sample = self.module.get_inputs()
         except Exception as e:  # noqa: BLE001
             raise LoadError(self.path, f"get_inputs() raised {type(e).__name__}: {e}") from None
+        if not isinstance(sample, (list, tuple)):
+            raise LoadError(self.path, f"get_inputs() must return a list, got a {type(sample).__name__}")
+        sample = list(sample)
         specs = []
         for i, x in enumerate(sample):
             if isinstance(x, torch.Tensor):
@@ -202,7 +211,10 @@ class Problem:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
         init = self.init_inputs(seed)
         torch.manual_seed(seed)
-        return self.module.Model(*init).to(device).eval()
+        try:
+            return self.module.Model(*init).to(device).eval()
+        except Exception as e:  # noqa: BLE001
+            raise LoadError(self.path, f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
 
 
 def synthesize(specs: list[InputSpec], seed: int, device: str, dtype_override: dict | None = None) -> list:
@@ -236,6 +248,11 @@ def as_outputs(y) -> list:
     return [y]
 
 
+def container(y) -> str:
+    """How a model returns its outputs: "tensor" (a bare value), "tuple" or "list"."""
+    return "tuple" if isinstance(y, tuple) else ("list" if isinstance(y, list) else "tensor")
+
+
 class Oracle:
     """The reference in float64 on upcast inputs/parameters/buffers, plus the low-precision
     reference itself (its error against the oracle calibrates the accuracy bounds)."""
@@ -243,6 +260,7 @@ class Oracle:
     def __init__(self, problem: Problem, seed: int, device: str):
         self.problem, self.seed, self.device = problem, seed, device
         self._models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
+        self.container = "tensor"  #: how the reference returns its outputs (see container())
 
     def _pair(self, binding: dict | None):
         key = repr(sorted((binding or {}).items()))
@@ -257,7 +275,9 @@ class Oracle:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
         ref, ora = self._pair(binding)
         self.problem.bind(binding)
-        low = as_outputs(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+        raw = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        self.container = container(raw)
+        low = as_outputs(raw)
         high = as_outputs(ora(*[upcast(x) for x in inputs]))
         return [h.detach() if isinstance(h, torch.Tensor) else h for h in high], \
                [l.detach() if isinstance(l, torch.Tensor) else l for l in low]

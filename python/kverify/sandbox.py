@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,14 +78,21 @@ class Sandbox:
         (self.workdir / "reference.py").write_text(self.reference_source)
         (self.workdir / "candidate.py").write_text(self.candidate_source)
         self._launches = 0
+        self.load_seconds: list[float] = []  #: time from each worker launch to "loaded" (import + compile)
 
     def _env(self) -> dict:
         env = dict(os.environ)
         env["TORCH_EXTENSIONS_DIR"] = str(extension_cache(self.candidate_source))
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONHASHSEED"] = "0"  # the same allocation sequence run to run (address-keyed defects)
         if self.device == "cpu":
             env.update(CPU_MALLOC_ENV)
         return env
+
+    def cleanup(self) -> None:
+        """Remove the work folder (kept when KVERIFY_KEEP=1, for debugging)."""
+        if os.environ.get("KVERIFY_KEEP") != "1":
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
             timeout: float | None = None) -> list[Outcome]:
@@ -119,8 +127,10 @@ class Sandbox:
                                     pass_fds=(wfd,), env=self._env(), start_new_session=True)
         os.close(wfd)
         reader = _Lines(rfd)
+        t0 = time.monotonic()
         try:
             line = reader.next(self.load_timeout)
+            self.load_seconds.append(round(time.monotonic() - t0, 3))
             if line != "loaded":
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)
@@ -205,5 +215,5 @@ def _tail(path: Path, n: int = 300) -> str:
     try:
         text = path.read_text(errors="replace").strip()
     except OSError:
-        return ""
-    return " | ".join(text[-n:].splitlines()[-4:])
+        return "(no output)"
+    return " | ".join(text[-n:].splitlines()[-4:]) or "(no output)"

@@ -14,6 +14,10 @@ GateResult judge_g01(const json& m) {
   }
   const json& ref = m.at("reference");
   const json& cand = m.at("candidate");
+  const std::string rc = m.value("reference_container", "tensor"), cc = m.value("candidate_container", "tensor");
+  if (rc != cc)
+    return result(Verdict::Fail, format("returned a %s where the reference returns a %s", cc.c_str(), rc.c_str()),
+                  {{"reference_container", rc}, {"candidate_container", cc}});
   if (ref.size() != cand.size())
     return result(Verdict::Fail, format("returned %zu outputs, reference returns %zu", cand.size(), ref.size()),
                   {{"reference_outputs", ref.size()}, {"candidate_outputs", cand.size()}});
@@ -22,7 +26,7 @@ GateResult judge_g01(const json& m) {
     const json& c = cand[i];
     json ev{{"output", i}, {"reference", r}, {"candidate", c}};
     if (c.at("kind") != "tensor")
-      return result(Verdict::Fail, format("output %zu is a %s, not a tensor", i, c.at("kind").get<std::string>().c_str()), ev);
+      return result(Verdict::Fail, format("output %zu is of type %s, not a tensor", i, c.at("kind").get<std::string>().c_str()), ev);
     if (c.at("shape") != r.at("shape"))
       return result(Verdict::Fail, format("output %zu shape %s, reference %s", i, c.at("shape").dump().c_str(), r.at("shape").dump().c_str()), ev);
     if (c.at("dtype") != r.at("dtype"))

@@ -20,7 +20,7 @@ import torch
 
 from kverify import engine
 from kverify.errors import LoadError
-from kverify.problem import Problem, as_outputs, derive_seed, exec_module, synthesize, InputSpec
+from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
 
 
 def _meta(y) -> dict:
@@ -137,14 +137,15 @@ class Runner:
         x = self.inputs(job)
         try:
             with torch.no_grad():
-                y = as_outputs(m(*x))
+                raw = m(*x)
+                y = as_outputs(raw)
             _sync(self.device)
         except Exception as e:  # noqa: BLE001 — the candidate's exception is a finding
             return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
         meta = [_meta(o) for o in y]
         outs = [o.detach().cpu() if isinstance(o, torch.Tensor) and m_["kind"] == "tensor" and m_["has_storage"]
                 else None for o, m_ in zip(y, meta)]
-        return {"meta": meta, "outputs": outs}
+        return {"meta": meta, "outputs": outs, "container": container(raw)}
 
     def determinism(self, job) -> dict:
         m = self.model(job.get("binding"))

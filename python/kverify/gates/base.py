@@ -105,7 +105,7 @@ def values(idx: int, cand, oracle, ref) -> dict:
 def shape_problem(cand, oracle) -> str | None:
     """Why ``cand`` cannot be compared with ``oracle`` (not a tensor, other shape), or None."""
     if not isinstance(cand, torch.Tensor):
-        return f"output is a {type(cand).__name__}, not a tensor"
+        return f"output is of type {type(cand).__name__}, not a tensor"
     if tuple(cand.shape) != tuple(oracle.shape):
         return f"output shape {list(cand.shape)} differs from the reference's {list(oracle.shape)}"
     return None

@@ -31,5 +31,6 @@ def _ref_meta(y) -> dict:
 def judge(ctx: Context, results: dict) -> dict:
     r = results["G01"]
     _, ref = ctx.expected(ctx.job("run", "G01"))
-    m = {"exception": r.get("exception"), "reference": [_ref_meta(y) for y in ref], "candidate": r.get("meta", [])}
+    m = {"exception": r.get("exception"), "reference": [_ref_meta(y) for y in ref], "candidate": r.get("meta", []),
+         "reference_container": ctx.oracle.container, "candidate_container": r.get("container", "tensor")}
     return engine.judge(GATE, m)
