@@ -3,7 +3,8 @@
 Controls are planted-defect candidates, each tagged with the gate that must catch it, and correct
 twins that must pass every gate: the embedded examples (kverify/examples: defects for G01-G04,
 G07, G08, one correct twin per problem) and the folders of controls/ (`gNN_<defect>/` with
-reference.py, defect.py and twin.py). Prints the matrix control x gate, then
+reference.py, defect.py and twin.py; Python, runnable on CPU and GPU) and, on a GPU, those of
+controls/cuda/ (CUDA kernels through load_inline). Prints the matrix control x gate, then
 "caught by intended gate N/M, false alarms on twins K"; exit 0 only when N = M and K = 0.
 """
 from __future__ import annotations
@@ -29,23 +30,27 @@ def controls_root() -> Path:
     raise FileNotFoundError("controls folder not found (neither installed nor in the source tree)")
 
 
-def collect() -> list[tuple[str, Path, Path, str | None]]:
-    """(name, reference, candidate, intended gate or None for a twin) of every control."""
+def collect(device: str = "cpu") -> list[tuple[str, Path, Path, str | None]]:
+    """(name, reference, candidate, intended gate or None for a twin) of every control; the CUDA
+    kernels of controls/cuda/ only when ``device`` is "cuda"."""
     out = []
     for p in problems():
         for c, gate in candidates(p):
             out.append((f"examples/{p.name}/{c.stem}", p / "reference.py", c, gate))
-    for d in sorted(x for x in controls_root().iterdir() if (x / "reference.py").is_file()):
-        gate = d.name.split("_")[0].upper()
-        out.append((f"{d.name}/defect", d / "reference.py", d / "defect.py", gate))
-        out.append((f"{d.name}/twin", d / "reference.py", d / "twin.py", None))
+    roots = [controls_root()] + ([controls_root() / "cuda"] if device == "cuda" else [])
+    for root in roots:
+        prefix = "cuda/" if root.name == "cuda" else ""
+        for d in sorted(x for x in root.iterdir() if (x / "reference.py").is_file()):
+            gate = d.name.split("_")[0].upper()
+            out.append((f"{prefix}{d.name}/defect", d / "reference.py", d / "defect.py", gate))
+            out.append((f"{prefix}{d.name}/twin", d / "reference.py", d / "twin.py", None))
     return out
 
 
 def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.0, jobs: int = 2) -> int:
     device = resolve_device(device)
     console = Console(width=max(120, Console().width))
-    work = collect()
+    work = collect(device)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         reports = list(pool.map(lambda w: check(w[1].read_text(), str(w[1]), w[2].read_text(), str(w[2]),

@@ -1,0 +1,31 @@
+"""DEFECT (G11): 4-wide loads read up to 3 floats past the end of x in the last vector (memcheck)."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void k(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 4;
+  if (i >= n) return;
+  float a = x[i], b = x[i + 1], c = x[i + 2], d = x[i + 3];  // reads past n in the last vector
+  float v[4] = {a < 0.f ? 0.f : a, b < 0.f ? 0.f : b, c < 0.f ? 0.f : c, d < 0.f ? 0.f : d};
+  for (int e = 0; e < 4 && i + e < n; ++e) y[i + e] = v[e];
+}
+torch::Tensor run(torch::Tensor x) {
+  auto y = torch::empty_like(x);
+  int64_t n = x.numel();
+  int64_t vec = (n + 3) / 4;
+  k<<<(vec + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+  return y;
+}
+"""
+CPP = "torch::Tensor run(torch::Tensor x);"
+ext = load_inline("kv_g11_oob_tail_read_cuda_defect", cpp_sources=CPP, cuda_sources=CUDA, functions=["run"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.run(x.contiguous())
+
