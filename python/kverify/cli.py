@@ -1,4 +1,4 @@
-"""Command line: `kverify check`, `kverify demo`, `kverify controls`.
+"""Command line: `kverify check`, `demo`, `controls`, `audit`, `merge`.
 
 Exit codes: 0 every gate passed (or N/A / UNSUPPORTED); 1 any FAIL, CRASH, TIMEOUT or ERROR;
 2 usage or loader error (missing file, syntax error, no Model/ModelNew, compile failure, a
@@ -81,6 +81,22 @@ def cmd_controls(a) -> int:
     return run_controls(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs)
 
 
+def cmd_audit(a) -> int:
+    from kverify.audit import run_audit
+    from kverify.check import resolve_device
+
+    return run_audit(a.corpus, a.journal, shard=a.shard, device=resolve_device(a.device), seed=a.seed,
+                     timeout=a.timeout, limit=a.limit, ids=a.id or None)
+
+
+def cmd_merge(a) -> int:
+    from kverify.journal import merge
+
+    n = merge(a.out, a.journals)
+    print(f"{a.out}: {n} kernels")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kverify", description="Contract-grade verification of GPU kernels.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -102,6 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(k)
     k.add_argument("--jobs", type=int, default=2, help="controls checked in parallel (default 2)")
     k.set_defaults(func=cmd_controls)
+    au = sub.add_parser("audit", help="audit a corpus JSONL into a resumable journal")
+    au.add_argument("corpus", help="corpus JSONL (corpus rows, or CUDA-L1 records with ref_code/custom_code)")
+    au.add_argument("--journal", required=True, help="SQLite journal to create or resume")
+    au.add_argument("--shard", default=None, help="i/n: this process audits rows p with p %% n == i")
+    au.add_argument("--limit", type=int, default=None, help="at most this many rows (of this shard)")
+    au.add_argument("--id", action="append", default=None, help="only these row ids (repeatable)")
+    _add_common(au)
+    au.set_defaults(func=cmd_audit)
+    mg = sub.add_parser("merge", help="join shard journals into one")
+    mg.add_argument("out", help="journal to write (created or extended)")
+    mg.add_argument("journals", nargs="+", help="shard journals")
+    mg.set_defaults(func=cmd_merge, timeout=1.0, load_timeout=1.0)
     # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:

@@ -8,9 +8,6 @@ from pathlib import Path
 
 from kverify.errors import LoadError
 
-REQUIRED = ("id", "reference", "candidate")
-
-
 @dataclass
 class CorpusRow:
     id: str
@@ -46,19 +43,32 @@ def iter_rows(file: str):
             yield n, row
 
 
+def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:
+    """The reference, candidate and tolerance of one row: corpus rows (`reference`, `candidate`,
+    `harness.allclose_tol`) or CUDA-L1 records (`ref_code`, `custom_code`; tolerance 1e-2, as in
+    CUDA-L1's eval/eval_cuda.py). Raises LoadError naming the file, line and field."""
+    where = f"{file}:{line}" if line else f"{file}#{row.get('id')}"
+    ref = row.get("reference", row.get("ref_code"))
+    cand = row.get("candidate", row.get("custom_code"))
+    for k, v in (("reference", ref), ("candidate", cand)):
+        if not isinstance(v, str):
+            raise LoadError(where, f"field '{k}' (or CUDA-L1 '{'ref_code' if k == 'reference' else 'custom_code'}') "
+                                   "missing or not a string")
+    harness = row.get("harness", {})
+    if not isinstance(harness, dict):
+        raise LoadError(where, f"field 'harness' must be an object, got {type(harness).__name__}")
+    tol = harness.get("allclose_tol", 1e-2)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
+        raise LoadError(where, f"field 'harness.allclose_tol' must be a positive number, got {tol!r}")
+    return CorpusRow(str(row.get("id")), ref, cand, float(tol), row)
+
+
 def load_row(file: str, row_id: str) -> CorpusRow:
     """The row with ``id == row_id``. Raises LoadError (file, field, reason) when absent or malformed."""
     for n, row in iter_rows(file):
         if row.get("id") != row_id:
             continue
-        for k in REQUIRED:
-            if not isinstance(row.get(k), str):
-                raise LoadError(f"{file}:{n}", f"field '{k}' missing or not a string")
-        harness = row.get("harness", {})
-        if not isinstance(harness, dict):
-            raise LoadError(f"{file}:{n}", f"field 'harness' must be an object, got {type(harness).__name__}")
-        tol = harness.get("allclose_tol", 1e-2)
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
-            raise LoadError(f"{file}:{n}", f"field 'harness.allclose_tol' must be a positive number, got {tol!r}")
-        return CorpusRow(row["id"], row["reference"], row["candidate"], float(tol), row)
+        if not isinstance(row.get("id"), str):
+            raise LoadError(f"{file}:{n}", "field 'id' missing or not a string")
+        return row_sources(file, row, n)
     raise LoadError(file, f"no row with id '{row_id}'")

@@ -415,7 +415,24 @@ def _atomic_save(obj, path: str) -> None:
     os.replace(tmp, path)
 
 
+def _exit_with_parent() -> None:
+    """End this process when kverify's process dies (killed audits leave no orphan workers)."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(70)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True, name="kverify-parent-watch").start()
+
+
 def main() -> int:
+    _exit_with_parent()
     jobdir, status_fd = sys.argv[1], int(sys.argv[2])
     status = os.fdopen(status_fd, "w", buffering=1)
     with open(os.path.join(jobdir, "spec.json")) as f:

@@ -1,0 +1,102 @@
+"""The audit journal: an append-only SQLite database (WAL mode, synchronous=FULL).
+
+One row per kernel (`kernels`) and one per (kernel, gate) (`gates`), written in one transaction
+when the kernel's check ends, so a kill at any moment loses at most the kernel in flight and a
+restart neither loses nor duplicates a record (the kernel id is the primary key).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from kverify.errors import UsageError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kernels (
+  id TEXT PRIMARY KEY, source TEXT, level INTEGER, problem TEXT, version TEXT, backend TEXT, gpu TEXT,
+  class TEXT NOT NULL, standard TEXT, reason TEXT, seconds REAL, report TEXT);
+CREATE TABLE IF NOT EXISTS gates (
+  kernel_id TEXT NOT NULL REFERENCES kernels(id), gate TEXT NOT NULL, verdict TEXT NOT NULL, summary TEXT,
+  bound_ratio REAL, tolerance_free INTEGER, evidence TEXT, PRIMARY KEY (kernel_id, gate));
+"""
+
+
+class Journal:
+    """Open (creating if needed) a journal file. Raises UsageError if it is not a kverify journal."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise UsageError(f"{self.path}: not a kverify journal ({e})") from None
+
+    def done(self) -> set[str]:
+        """Ids of kernels already recorded."""
+        return {r[0] for r in self.db.execute("SELECT id FROM kernels")}
+
+    def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
+        """Write one kernel and its gates atomically. ``row`` is the corpus row (id, source_repo,
+        level, problem_name, problem_version, backend, harness.gpu)."""
+        h = row.get("harness") if isinstance(row.get("harness"), dict) else {}
+        std = report["standard"]["verdict"] if report else None
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                            (row["id"], row.get("source_repo"), row.get("level"), row.get("problem_name"),
+                             row.get("problem_version"), row.get("backend"), h.get("gpu"), klass, std, reason,
+                             seconds, json.dumps(report) if report else None))
+            for g in (report or {}).get("gates", []):
+                self.db.execute("INSERT INTO gates VALUES (?,?,?,?,?,?,?)",
+                                (row["id"], g["gate"], g["verdict"], g["summary"], g.get("bound_ratio", 0.0),
+                                 int(bool(g.get("tolerance_free"))), json.dumps(g.get("evidence", {}))))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT class, COUNT(*) FROM kernels GROUP BY class").fetchall())
+
+    def rows(self) -> list[tuple]:
+        """(id, class, standard, reason, [(gate, verdict), ...]) sorted by id — the comparable content."""
+        gates: dict[str, list] = {}
+        for kid, gate, verdict in self.db.execute("SELECT kernel_id, gate, verdict FROM gates ORDER BY kernel_id, gate"):
+            gates.setdefault(kid, []).append((gate, verdict))
+        return [(k, c, s, r, gates.get(k, [])) for k, c, s, r in
+                self.db.execute("SELECT id, class, standard, reason FROM kernels ORDER BY id")]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def merge(out: str | Path, inputs: list[str | Path]) -> int:
+    """Copy every kernel of ``inputs`` into ``out``; a kernel present in two inputs with different
+    content raises UsageError naming both files. Returns the number of kernels in ``out``."""
+    dst = Journal(out)
+    seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    for src_path in inputs:
+        if not Path(src_path).is_file():
+            raise UsageError(f"{src_path}: no such journal")
+        src = Journal(src_path)
+        for r in src.rows():
+            if r[0] in seen:
+                if seen[r[0]][1] != r:
+                    raise UsageError(f"kernel {r[0]} differs between {seen[r[0]][0]} and {src_path}")
+                continue
+            seen[r[0]] = (str(src_path), r)
+            k = src.db.execute("SELECT * FROM kernels WHERE id = ?", (r[0],)).fetchone()
+            g = src.db.execute("SELECT * FROM gates WHERE kernel_id = ?", (r[0],)).fetchall()
+            dst.db.execute("BEGIN IMMEDIATE")
+            dst.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", k)
+            dst.db.executemany("INSERT INTO gates VALUES (?,?,?,?,?,?,?)", g)
+            dst.db.execute("COMMIT")
+        src.close()
+    n = len(dst.done())
+    dst.close()
+    return n

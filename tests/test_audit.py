@@ -1,0 +1,93 @@
+"""`kverify audit`: a run killed with SIGKILL mid-audit and resumed gives the same journal as an
+uninterrupted run; shards merge to the same journal; unloadable rows are recorded as UNJUDGED."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kverify.examples import ROOT
+from kverify.journal import Journal, merge
+
+RELU = ROOT / "relu"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    ref = (RELU / "reference.py").read_text()
+    rows = [{"id": f"ex/{c}", "reference": ref, "candidate": (RELU / f"{c}.py").read_text(),
+             "level": 1, "problem_name": "relu", "harness": {"allclose_tol": 1e-2, "gpu": "cpu"}}
+            for c in ("correct", "g03_fmax", "g07_inplace", "g08_tail_unwritten")]
+    rows.insert(2, {"id": "ex/broken", "reference": ref, "candidate": "class ModelNew(:\n"})
+    f = d / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f
+
+
+def audit(corpus, journal, *extra, wait=True):
+    cmd = [sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(journal), "--device", "cpu", *extra]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def committed(journal) -> int:
+    try:
+        with sqlite3.connect(journal) as db:
+            return db.execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_kill_and_resume_equals_uninterrupted(corpus, tmp_path):
+    whole = tmp_path / "whole.sqlite"
+    audit(corpus, whole)
+    rows = Journal(whole).rows()
+    assert [r[0] for r in rows] == sorted(["ex/correct", "ex/g03_fmax", "ex/broken", "ex/g07_inplace", "ex/g08_tail_unwritten"])
+    classes = {r[0]: r[1] for r in rows}
+    assert classes["ex/correct"] == "CLEAN" and classes["ex/g03_fmax"] == "BROKEN"
+    reasons = {r[0]: r[3] for r in rows}
+    assert classes["ex/broken"] == "UNJUDGED" and "not valid Python" in reasons["ex/broken"]
+
+    killed = tmp_path / "killed.sqlite"
+    p = audit(corpus, killed, wait=False)
+    deadline = time.monotonic() + 300
+    while committed(killed) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # now inside a later kernel
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    n_at_kill = committed(killed)
+    assert 2 <= n_at_kill < 5
+    time.sleep(2.0)  # the killed audit's worker notices its parent is gone
+    leftover = subprocess.run(["pgrep", "-f", "kverify._internal.worker"], capture_output=True, text=True).stdout
+    assert leftover.strip() == "", f"orphan workers: {leftover}"
+    audit(corpus, killed)
+    assert Journal(killed).rows() == rows
+
+
+def test_shards_merge_to_the_whole(corpus, tmp_path):
+    whole = tmp_path / "whole.sqlite"
+    audit(corpus, whole)
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    audit(corpus, a, "--shard", "0/2")
+    audit(corpus, b, "--shard", "1/2")
+    ia, ib = {r[0] for r in Journal(a).rows()}, {r[0] for r in Journal(b).rows()}
+    assert ia and ib and not ia & ib
+    out = tmp_path / "merged.sqlite"
+    assert merge(out, [a, b]) == 5
+    assert Journal(out).rows() == Journal(whole).rows()
+    assert merge(out, [a]) == 5  # merging again adds nothing
+
+
+def test_bad_shard_is_usage_error(corpus, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
+                        "--shard", "2/2"], capture_output=True, text=True)
+    assert r.returncode == 2 and "shard" in r.stderr
