@@ -13,7 +13,7 @@ deps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq g++ cmake ninja-build libgtest-dev nlohmann-json3-dev >/dev/null; \
 	fi
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	@$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" "rich>=13" numpy pytest
+	@$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" "rich>=13" numpy "matplotlib>=3.6" pytest
 
 # Build the extension (incremental: build/py is kept) and install the package.
 install: deps

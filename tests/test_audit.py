@@ -46,9 +46,15 @@ def committed(journal) -> int:
         return 0
 
 
-def test_kill_and_resume_equals_uninterrupted(corpus, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    audit(corpus, whole)
+@pytest.fixture(scope="module")
+def whole(corpus, tmp_path_factory):
+    """An uninterrupted audit of the little corpus."""
+    j = tmp_path_factory.mktemp("whole") / "whole.sqlite"
+    audit(corpus, j)
+    return j
+
+
+def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
     rows = Journal(whole).rows()
     assert [r[0] for r in rows] == sorted(["ex/correct", "ex/g03_fmax", "ex/broken", "ex/g07_inplace", "ex/g08_tail_unwritten"])
     classes = {r[0]: r[1] for r in rows}
@@ -73,9 +79,7 @@ def test_kill_and_resume_equals_uninterrupted(corpus, tmp_path):
     assert Journal(killed).rows() == rows
 
 
-def test_shards_merge_to_the_whole(corpus, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    audit(corpus, whole)
+def test_shards_merge_to_the_whole(corpus, whole, tmp_path):
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     audit(corpus, a, "--shard", "0/2")
     audit(corpus, b, "--shard", "1/2")
@@ -91,3 +95,33 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                         "--shard", "2/2"], capture_output=True, text=True)
     assert r.returncode == 2 and "shard" in r.stderr
+
+
+def test_wilson_interval():
+    from kverify.audit_report import wilson
+
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    assert wilson(0, 0) == (0.0, 0.0)
+    lo, hi = wilson(0, 20)
+    assert lo == 0.0 and 0.15 < hi < 0.17
+
+
+def test_report_from_journal(whole, tmp_path):
+    out = tmp_path / "rep"
+    r = subprocess.run([sys.executable, "-m", "kverify", "report", str(whole), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["kernels"] == 5 and rep["judged"] == 4
+    assert rep["classes"]["CLEAN"]["count"] == 1 and rep["classes"]["BROKEN"]["count"] == 3
+    assert rep["classes"]["UNJUDGED"]["count"] == 1
+    assert rep["gates"]["G03"]["FAIL"] >= 1 and rep["gates"]["G07"]["FAIL"] >= 1
+    cells = {(c["standard"], c["gates"]): c["count"] for c in rep["confusion"]}
+    assert cells[("PASS", "gates reject")] >= 2  # accepted by the loose test, rejected by the gates
+    sweep = rep["tolerance_sweep"]["failures"]
+    assert len(set(sweep["G03"].values())) == 1  # tolerance-free: flat
+    assert any("G03" == s["gate"] for s in rep["failure_sample"])
+    for f in ("report.md", "report.html", "classes.png", "tolerance_sweep.png"):
+        assert (out / f).stat().st_size > 200, f
+    assert "Wilson" in (out / "report.md").read_text()

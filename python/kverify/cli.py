@@ -97,6 +97,15 @@ def cmd_merge(a) -> int:
     return 0
 
 
+def cmd_report(a) -> int:
+    from kverify.audit_report import write_report
+
+    rep = write_report(a.journals, a.out)
+    print(f"{a.out}/report.{{json,md,html}} + {', '.join(rep['plots'])}: {rep['kernels']} kernels, "
+          + ", ".join(f"{c} {r['count']}" for c, r in rep["classes"].items()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kverify", description="Contract-grade verification of GPU kernels.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -130,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("out", help="journal to write (created or extended)")
     mg.add_argument("journals", nargs="+", help="shard journals")
     mg.set_defaults(func=cmd_merge, timeout=1.0, load_timeout=1.0)
+    rp = sub.add_parser("report", help="write the audit report from journals")
+    rp.add_argument("journals", nargs="+")
+    rp.add_argument("--out", default="results/audit", help="output folder (default results/audit)")
+    rp.set_defaults(func=cmd_report, timeout=1.0, load_timeout=1.0)
     # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:

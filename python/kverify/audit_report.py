@@ -1,0 +1,224 @@
+"""`kverify report JOURNAL...`: the audit report (DESIGN.md "Outputs"). JSON is the source of
+truth; Markdown and HTML are views; PNG plots beside them.
+
+Contents: class rates with Wilson 95% intervals (Wilson, JASA 1927); per-gate verdict counts; the
+confusion matrix of the standard test against the gates; the tolerance-calibration sweep (for
+each tolerance-based gate, its failures when its bound is scaled by 0.01 ... 1000 — computed
+from each result's stored measured-error/bound ratio; tolerance-free gates drawn flat);
+agreement of our standard test with the harness that accepted each row (all rows were accepted),
+per source; breakdowns by source, level, backend and GPU; a stratified sample of failures (per
+gate and source, up to 3 each) with their evidence, for a hand audit.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from kverify.errors import UsageError
+from kverify.journal import Journal
+
+CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "UNJUDGED")
+FAILING = ("FAIL", "CRASH", "TIMEOUT", "ERROR")
+SWEEP = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0, 100.0, 1000.0)
+SAMPLE_PER_CELL = 3
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n at 95% (z = 1.96). (0, 0) for n = 0."""
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def load(journals: list[str]) -> list[dict]:
+    """Kernel records with their gates, from one or more journals (ids must not repeat)."""
+    out: dict[str, dict] = {}
+    for path in journals:
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such journal")
+        j = Journal(path)
+        cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
+        for row in j.db.execute("SELECT * FROM kernels"):
+            k = dict(zip(cols, row))
+            if k["id"] in out:
+                raise UsageError(f"kernel {k['id']} appears in more than one journal (merge them first)")
+            k["gates"] = {}
+            out[k["id"]] = k
+        for kid, gate, verdict, summary, ratio, tf, ev in j.db.execute("SELECT * FROM gates"):
+            out[kid]["gates"][gate] = {"verdict": verdict, "summary": summary, "bound_ratio": ratio or 0.0,
+                                       "tolerance_free": bool(tf), "evidence": json.loads(ev or "{}")}
+        j.close()
+    return sorted(out.values(), key=lambda k: k["id"])
+
+
+def build(kernels: list[dict]) -> dict:
+    n = len(kernels)
+    classes = Counter(k["class"] for k in kernels)
+    judged = n - classes.get("UNJUDGED", 0)
+    rates = {c: {"count": classes.get(c, 0), "of": judged if c != "UNJUDGED" else n,
+                 "rate": classes.get(c, 0) / (judged if c != "UNJUDGED" else n) if (judged if c != "UNJUDGED" else n) else 0.0,
+                 "wilson95": wilson(classes.get(c, 0), judged if c != "UNJUDGED" else n)} for c in CLASSES}
+    gates: dict[str, Counter] = defaultdict(Counter)
+    tf: dict[str, bool] = {}
+    for k in kernels:
+        for g, r in k["gates"].items():
+            gates[g][r["verdict"]] += 1
+            tf[g] = r["tolerance_free"]
+    confusion = Counter()
+    for k in kernels:
+        if k["class"] == "UNJUDGED":
+            continue
+        confusion[(k["standard"] or "N/A", "gates pass" if k["class"] == "CLEAN" else "gates reject")] += 1
+    sweep = {}
+    for g in sorted(gates):
+        rows = [k["gates"][g] for k in kernels if g in k["gates"] and k["gates"][g]["verdict"] in ("PASS", "FAIL")]
+        if tf.get(g):
+            fails = sum(r["verdict"] == "FAIL" for r in rows)
+            sweep[g] = {str(f): fails for f in SWEEP}
+        else:
+            sweep[g] = {str(f): sum(r["bound_ratio"] > f for r in rows) for f in SWEEP}
+    agreement = {}
+    for src, ks in _group(kernels, "source").items():
+        ran = [k for k in ks if k["standard"] in ("PASS", "FAIL")]
+        ok = sum(k["standard"] == "PASS" for k in ran)
+        agreement[src] = {"accepted_by_harness": len(ks), "our_standard_ran": len(ran), "our_standard_pass": ok,
+                          "agreement": ok / len(ran) if ran else 0.0, "wilson95": wilson(ok, len(ran))}
+    breakdowns = {field: {str(v): dict(Counter(k["class"] for k in ks)) for v, ks in _group(kernels, field).items()}
+                  for field in ("source", "level", "backend", "gpu")}
+    sample = []
+    for g in sorted(gates):
+        for src, ks in _group(kernels, "source").items():
+            bad = [k for k in ks if k["gates"].get(g, {}).get("verdict") in FAILING]
+            for k in bad[:SAMPLE_PER_CELL]:
+                r = k["gates"][g]
+                sample.append({"gate": g, "source": src, "id": k["id"], "verdict": r["verdict"], "summary": r["summary"],
+                               "evidence": r["evidence"]})
+    unjudged = Counter((k["reason"] or "").split(":", 2)[-1].strip()[:120] for k in kernels if k["class"] == "UNJUDGED")
+    return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
+            "tolerance_free": tf,
+            "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
+            "tolerance_sweep": {"factors": list(SWEEP), "failures": sweep}, "standard_agreement": agreement,
+            "breakdowns": breakdowns, "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
+
+
+def _group(kernels, field):
+    out = defaultdict(list)
+    for k in kernels:
+        out[k.get(field) if k.get(field) is not None else "unknown"].append(k)
+    return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
+
+
+def markdown(rep: dict) -> str:
+    L = [f"# kverify audit report\n\n{rep['kernels']} kernels, {rep['judged']} judged.\n", "## Classes\n",
+         "| class | count | of | rate | Wilson 95% |", "|---|---|---|---|---|"]
+    for c, r in rep["classes"].items():
+        L.append(f"| {c} | {r['count']} | {r['of']} | {r['rate']:.1%} | {r['wilson95'][0]:.1%} – {r['wilson95'][1]:.1%} |")
+    verdicts = sorted({v for c in rep["gates"].values() for v in c})
+    L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]
+    for g, c in rep["gates"].items():
+        L.append(f"| {g} | {'yes' if rep['tolerance_free'].get(g) else 'no'} | " + " | ".join(str(c.get(v, 0)) for v in verdicts) + " |")
+    L += ["\n## Standard test against the gates\n", "| standard test | gates | kernels |", "|---|---|---|"]
+    L += [f"| {r['standard']} | {r['gates']} | {r['count']} |" for r in rep["confusion"]]
+    f = rep["tolerance_sweep"]["factors"]
+    L += ["\n## Tolerance sweep (failures with the bound scaled by the factor)\n",
+          "| gate | " + " | ".join(f"x{x:g}" for x in f) + " |", "|---|" + "---|" * len(f)]
+    for g, row in rep["tolerance_sweep"]["failures"].items():
+        L.append(f"| {g} | " + " | ".join(str(row[str(x)]) for x in f) + " |")
+    L += ["\n## Our standard test against the accepting harness (all rows accepted)\n",
+          "| source | rows | ran | pass | agreement |", "|---|---|---|---|---|"]
+    for s, a in rep["standard_agreement"].items():
+        L.append(f"| {s} | {a['accepted_by_harness']} | {a['our_standard_ran']} | {a['our_standard_pass']} | {a['agreement']:.1%} |")
+    for field, groups in rep["breakdowns"].items():
+        L += [f"\n## By {field}\n", "| " + field + " | " + " | ".join(CLASSES) + " |", "|---|" + "---|" * len(CLASSES)]
+        L += [f"| {v} | " + " | ".join(str(c.get(k, 0)) for k in CLASSES) + " |" for v, c in groups.items()]
+    if rep["unjudged_reasons"]:
+        L += ["\n## Not judged\n", "| reason | rows |", "|---|---|"]
+        L += [f"| {r} | {n} |" for r, n in rep["unjudged_reasons"].items()]
+    L += ["\n## Sample of failures (per gate and source, for a hand audit)\n", "| gate | source | id | verdict | evidence |",
+          "|---|---|---|---|---|"]
+    L += [f"| {s['gate']} | {s['source']} | {s['id']} | {s['verdict']} | {s['summary'].replace('|', '/')} |"
+          for s in rep["failure_sample"]]
+    return "\n".join(L) + "\n"
+
+
+def html_view(md: str) -> str:
+    """A self-contained HTML page of the Markdown tables (headings, tables, paragraphs)."""
+    out, table = ["<!doctype html><meta charset=utf-8><title>kverify audit</title>",
+                  "<style>body{font-family:sans-serif;max-width:70em}td,th{border:1px solid #ccc;padding:2px 6px}"
+                  "table{border-collapse:collapse}</style>"], False
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-"):
+                continue
+            if not table:
+                out.append("<table>")
+                table = True
+                out.append("<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>")
+            else:
+                out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            continue
+        if table:
+            out.append("</table>")
+            table = False
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    if table:
+        out.append("</table>")
+    return "\n".join(out) + "\n"
+
+
+def plots(rep: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = [c for c in CLASSES if rep["classes"][c]["of"]]
+    rates = [rep["classes"][c]["rate"] for c in names]
+    err = [[r - rep["classes"][c]["wilson95"][0] for c, r in zip(names, rates)],
+           [rep["classes"][c]["wilson95"][1] - r for c, r in zip(names, rates)]]
+    ax.bar(names, rates, yerr=err, capsize=4, color=["#c0392b", "#e67e22", "#27ae60", "#7f8c8d"][: len(names)])
+    ax.set_ylabel("share of kernels (Wilson 95%)")
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    fig.savefig(out / "classes.png", dpi=120)
+    files.append("classes.png")
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    f = rep["tolerance_sweep"]["factors"]
+    for g, row in rep["tolerance_sweep"]["failures"].items():
+        ax.plot(f, [row[str(x)] for x in f], marker="o", label=g, linestyle="--" if rep["tolerance_free"].get(g) else "-")
+    ax.set_xscale("log")
+    ax.set_xlabel("bound scale factor")
+    ax.set_ylabel("failing kernels")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(out / "tolerance_sweep.png", dpi=120)
+    files.append("tolerance_sweep.png")
+    plt.close(fig)
+    return files
+
+
+def write_report(journals: list[str], out_dir: str = "results/audit") -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = build(load(journals))
+    (out / "report.json").write_text(json.dumps(rep, indent=2, default=list) + "\n")
+    md = markdown(rep)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(html_view(md))
+    rep["plots"] = plots(rep, out)
+    return rep
