@@ -61,6 +61,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
                 klass, reason = report["class"], ""
             except KverifyError as e:
                 report, klass, reason = None, "UNJUDGED", str(e)[:500]
+            except Exception as e:  # noqa: BLE001 — kverify's own fault: record it and go on
+                report, klass, reason = None, "UNJUDGED", f"kverify fault: {type(e).__name__}: {e}"[:500]
             j.record(row, report, klass, reason, round(time.monotonic() - t, 3))
             counts[klass] = counts.get(klass, 0) + 1
             bar.update(task, advance=1, counts=fmt(), rate=f"{k / (time.monotonic() - t0) * 60:.1f}/min")

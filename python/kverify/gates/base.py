@@ -155,3 +155,20 @@ def reference_consistent(oracle: list, ref: list) -> str | None:
         if s["oracle_nonfinite"]:
             return f"the oracle is not finite (output {i})"
     return None
+
+
+def judge_labelled_runs(ctx: Context, results: dict, labelled_jobs: list[tuple[str, dict]], gate: str) -> dict:
+    """The accuracy rule over runs labelled by input class or scale (G06, G10): runs whose
+    reference leaves the oracle's class are skipped with the reason."""
+    runs, skipped = [], []
+    for label, job in labelled_jobs:
+        oracle, ref = ctx.expected(job)
+        why = reference_consistent(oracle, ref)
+        if why:
+            skipped.append(f"{label}: {why}")
+            continue
+        run, bad = accuracy_run(job, results[job["id"]], oracle, ref, label)
+        if bad:
+            return engine.judge(gate, {"incomparable": f"{label}: {bad}"})
+        runs.append(run)
+    return engine.judge(gate, {"runs": runs, "skipped": skipped})

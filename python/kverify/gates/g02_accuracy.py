@@ -10,7 +10,7 @@ Controls: examples/*/g02_*.py.
 from __future__ import annotations
 
 from kverify import engine
-from kverify.gates.base import Context, shape_problem, values
+from kverify.gates.base import Context, accuracy_run
 
 GATE, NAME, TOLERANCE_FREE = "G02", "accuracy", False
 SEEDS = 3
@@ -29,18 +29,8 @@ def judge(ctx: Context, results: dict) -> dict:
     for k in range(SEEDS):
         job = ctx.job("run", f"G02/{k}")
         oracle, ref = ctx.expected(job)
-        outs = []
-        for i, (o, r) in enumerate(zip(oracle, ref)):
-            cand = results[job["id"]]["outputs"][i] if i < len(results[job["id"]]["outputs"]) else None
-            why = shape_problem(cand, o)
-            if why:
-                return engine.judge(GATE, {"incomparable": f"output {i}: {why}",
-                                           "evidence": {"output": i, "seed": job["seed"]}})
-            rs = engine.compare(r, o)
-            b = engine.g02_bound(rs, r.dtype if r.is_floating_point() else o.dtype)
-            cs = engine.compare(cand, o, b["atol"], b["rtol"])
-            first = cs["first_past_bound"] if cs["first_past_bound"] >= 0 else cs["max_abs_idx"]
-            outs.append({"index": i, "candidate": cs, "reference": rs, "bound": b,
-                         "values": values(first, cand, o, r)})
-        runs.append({"seed": job["seed"], "outputs": outs})
+        run, bad = accuracy_run(job, results[job["id"]], oracle, ref)
+        if bad:
+            return engine.judge(GATE, {"incomparable": bad, "evidence": {"seed": job["seed"]}})
+        runs.append(run)
     return engine.judge(GATE, {"runs": runs})

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kverify import engine
 from kverify.gates.base import Context, accuracy_run, spec_numel
-from kverify.problem import synthesize
+
 
 GATE, NAME, TOLERANCE_FREE = "G05", "shapes", False
 SIZES = (1, 2, 3, 7, 13, 31, 33, 63, 65, 127, 129, 255, 257)

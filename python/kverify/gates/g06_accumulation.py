@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kverify import engine
 from kverify.engine import Dist
-from kverify.gates.base import Context, accuracy_run, reference_consistent
+from kverify.gates.base import Context, judge_labelled_runs
 
 GATE, NAME, TOLERANCE_FREE = "G06", "accumulation", False
 RUNS = {"offset 1000": Dist("uniform", 1000.0, 1001.0), "binary {0,1}": Dist("uniform_int", 0.0, 1.0)}
@@ -37,15 +36,4 @@ def plan(ctx: Context) -> list[dict]:
 
 
 def judge(ctx: Context, results: dict) -> dict:
-    runs, skipped = [], []
-    for label, job in _jobs(ctx):
-        oracle, ref = ctx.expected(job)
-        why = reference_consistent(oracle, ref)
-        if why:
-            skipped.append(f"{label}: {why}")
-            continue
-        run, bad = accuracy_run(job, results[job["id"]], oracle, ref, label)
-        if bad:
-            return engine.judge(GATE, {"incomparable": f"{label}: {bad}"})
-        runs.append(run)
-    return engine.judge(GATE, {"runs": runs, "skipped": skipped})
+    return judge_labelled_runs(ctx, results, _jobs(ctx), GATE)

@@ -16,7 +16,7 @@ import torch
 
 from kverify import engine
 from kverify.gates.base import Context
-from kverify.problem import as_outputs, synthesize
+from kverify.problem import as_outputs
 
 GATE, NAME, TOLERANCE_FREE = "G09", "sensitivity", True
 CALLS = 12

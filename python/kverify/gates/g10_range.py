@@ -13,8 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from kverify import engine
-from kverify.gates.base import Context, accuracy_run, reference_consistent
+from kverify.gates.base import Context, judge_labelled_runs
 
 GATE, NAME, TOLERANCE_FREE = "G10", "range", False
 SCALES = {torch.float32: (1e3, 1e6, 1e15, 1e30, 1e-6, 1e-20, 1e-40),
@@ -50,15 +49,4 @@ def plan(ctx: Context) -> list[dict]:
 
 
 def judge(ctx: Context, results: dict) -> dict:
-    runs, skipped = [], []
-    for label, job in _jobs(ctx):
-        oracle, ref = ctx.expected(job)
-        why = reference_consistent(oracle, ref)
-        if why:
-            skipped.append(f"{label}: {why}")
-            continue
-        run, bad = accuracy_run(job, results[job["id"]], oracle, ref, label)
-        if bad:
-            return engine.judge(GATE, {"incomparable": f"{label}: {bad}"})
-        runs.append(run)
-    return engine.judge(GATE, {"runs": runs, "skipped": skipped})
+    return judge_labelled_runs(ctx, results, _jobs(ctx), GATE)
