@@ -17,7 +17,8 @@ def verdict_text(v: str) -> str:
 
 def gate_table(report: dict, verbose: bool = False) -> Table:
     """One row per gate (verdict, one-line evidence), then the standard test, then the class."""
-    t = Table(title=f"{report['candidate']}  vs  {report['reference']}  [{report['device']}]", title_justify="left")
+    t = Table(title=f"candidate {report['candidate']}  (reference {report['reference']})  [{report['device']}]",
+              title_justify="left")
     t.add_column("gate")
     t.add_column("name")
     t.add_column("verdict")

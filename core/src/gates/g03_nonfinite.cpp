@@ -28,7 +28,7 @@ GateResult judge_g03(const json& m) {
       if (out.contains("values")) ev["values"] = out.at("values");
       const int64_t first = compare::min_index(c.first_nan, compare::min_index(c.first_posinf, c.first_neginf));
       return make_result("G03", "nonfinite", true, Verdict::Fail,
-          format("%s injection: %lld NaN, %lld +Inf, %lld -Inf position mismatches of %lld, first at %lld",
+          format("%s injection: %lld NaN, %lld +Inf, %lld -Inf position mismatches among %lld elements, first at %lld",
                  run.at("label").get<std::string>().c_str(), (long long)c.nan_mismatch, (long long)c.posinf_mismatch,
                  (long long)c.neginf_mismatch, (long long)c.n, (long long)first), ev);
     }

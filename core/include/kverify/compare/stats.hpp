@@ -14,8 +14,10 @@ namespace kverify::compare {
 
 constexpr int64_t kNoIndex = -1;
 
-/// Result of a fused one-pass comparison. All fields are exact counts or exactly attained
-/// maxima, so results from any split of the work merge to identical values.
+/// Result of a fused one-pass comparison. Counts, first indices and the positions of the maxima
+/// do not depend on how the work is split; the two sums of squares depend on the order of the
+/// additions (the CUDA reduction order is fixed, so GPU results repeat bitwise). Maxima are exact
+/// values of fp64 differences, except for finite 16-bit pairs, measured in fp32 (element.hpp).
 struct CompareStats {
   int64_t n = 0;  ///< elements compared
   // Non-finite class mismatches, by kind: positions where (oracle is K) != (candidate is K).
