@@ -1,7 +1,6 @@
 """`kverify audit`: a run killed with SIGKILL mid-audit and resumed gives the same journal as an
 uninterrupted run; shards merge to the same journal; unloadable rows are recorded as UNJUDGED."""
 import json
-import os
 import signal
 import sqlite3
 import subprocess

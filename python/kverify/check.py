@@ -49,9 +49,6 @@ def resolve_gates(spec: str | None) -> list[str]:
     return [g for g in GATES if g in ids]
 
 
-def order(gate_ids: list[str]) -> list[str]:
-    return [g for g in GATES if g in gate_ids]
-
 
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
           device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,

@@ -71,15 +71,6 @@ KV_HD uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
-/// Load element at storage offset `off` of a float tensor as double (exact for all four types).
-template <DType T>
-KV_HD double load_f(const void* p, int64_t off) {
-  if constexpr (T == DType::F64) return static_cast<const double*>(p)[off];
-  else if constexpr (T == DType::F32) return static_cast<const float*>(p)[off];
-  else if constexpr (T == DType::F16) return half_to_float(static_cast<const uint16_t*>(p)[off]);
-  else return bf16_to_float(static_cast<const uint16_t*>(p)[off]);
-}
-
 /// Store a double into a float tensor element with round-to-nearest-even. For fp16/bf16 the
 /// value is first rounded to float (double rounding; identical on host and device).
 template <DType T>
