@@ -3,7 +3,8 @@
 For each row, runs `kverify check --corpus FILE --id ID --json ...` and reads the report's
 meta.seconds: `total` minus `first_load` (the first worker's import + compile of the candidate;
 later workers load from the extension cache). Prints one row per check and the median, against
-the target of 10 s (issue "other six gates").
+the target of 10 s (issue "other six gates"), and the median seconds of each gate and of the
+standard test (meta.seconds.gates / .standard), to show where the time goes.
 
 Usage: python bench/check_time.py --corpus FILE [--level 1] [--limit 6] [--jobs 1] [--device cuda]
 """
@@ -41,13 +42,19 @@ def main() -> int:
         if not f.exists():
             return i, None, None
         s = json.loads(f.read_text())["meta"]["seconds"]
+        per_gate[i] = {**s.get("gates", {}), "standard": s.get("standard", 0.0)}
         return i, s["total"], s["total"] - s["first_load"]
 
+    per_gate: dict[str, dict] = {}
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         rows = list(pool.map(one, ids))
     print(f"{'row':60} {'total s':>8} {'excl. compile s':>16}")
     for i, tot, ex in rows:
         print(f"{i:60} {tot if tot is not None else float('nan'):8.1f} {ex if ex is not None else float('nan'):16.1f}")
+    if per_gate:
+        names = sorted({g for d in per_gate.values() for g in d})
+        print("median seconds per gate (its calls in the worker + its judging; G11 includes the sanitizer runs):")
+        print("  " + "  ".join(f"{g} {statistics.median(d.get(g, 0.0) for d in per_gate.values()):.1f}" for g in names))
     ex = [e for _, _, e in rows if e is not None]
     if ex:
         print(f"median wall time of a twelve-gate check, compile excluded: {statistics.median(ex):.1f} s "

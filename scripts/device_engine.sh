@@ -2,14 +2,10 @@
 # One device call for the engine issue: build with tests, CTest (gpu label included), pytest -m gpu,
 # the comparator benchmark, and `kverify check` on corpus rows. Logs under $OUT.
 # Needs .deps (nlohmann include + googletest sources) and .corpus carried.
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KVERIFY_CACHE=/tmp/kverify-cache
+source "$(dirname "$0")/device_common.sh"
+export KVERIFY_CACHE=/tmp/kverify-cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps --config-settings=cmake.define.KVERIFY_BUILD_TESTS=ON . \
-  > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+install_kverify --config-settings=cmake.define.KVERIFY_BUILD_TESTS=ON
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ctest --test-dir build/py --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; grep -E "tests passed|Failed|FAILED" "$OUT/ctest.log" | head
   python3 -m pytest -q -m gpu tests > "$OUT/pytest_gpu.log" 2>&1; echo "pytest -m gpu rc=$?"; tail -2 "$OUT/pytest_gpu.log"

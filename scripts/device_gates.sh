@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # One device call for the twelve-gate issue: build, `kverify controls --device cuda`, and the
 # twelve-gate check-time benchmark on level-1 corpus rows. Logs under $OUT. Carry .deps, .corpus.
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KVERIFY_CACHE=/tmp/kverify-cache
-t0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"; which compute-sanitizer
+source "$(dirname "$0")/device_common.sh"
+export KVERIFY_CACHE=/tmp/kverify-cache
+install_kverify; which compute-sanitizer
 timeout "${CONTROLS_LIMIT:-420}" python3 -m kverify controls --device cuda --jobs "${JOBS:-8}" > "$OUT/controls_cuda.txt" 2>&1
 echo "controls rc=$?"; tail -8 "$OUT/controls_cuda.txt"
 if [ "${TIME_ROWS:-0}" -gt 0 ]; then

@@ -45,6 +45,17 @@ def committed(journal) -> int:
         return 0
 
 
+def no_orphans(pattern: str, within: float = 20.0) -> bool:
+    """True once no process matches ``pattern``: orphans notice their parent's death within a
+    second of their lifeline starting, which a process still importing torch starts later."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip():
+            return True
+        time.sleep(0.5)
+    return False
+
+
 @pytest.fixture(scope="module")
 def whole(corpus, tmp_path_factory):
     """An uninterrupted audit of the little corpus."""
@@ -71,11 +82,24 @@ def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
     p.wait()
     n_at_kill = committed(killed)
     assert 2 <= n_at_kill < 5
-    time.sleep(2.0)  # the killed audit's worker notices its parent is gone
-    leftover = subprocess.run(["pgrep", "-f", "kverify._internal.worker"], capture_output=True, text=True).stdout
-    assert leftover.strip() == "", f"orphan workers: {leftover}"
+    assert no_orphans("kverify._internal.worker")
     audit(corpus, killed)
     assert Journal(killed).rows() == rows
+
+
+def test_pipeline_killed_and_resumed_equals_the_sequential_run(corpus, whole, tmp_path):
+    """--jobs/--compile-jobs (precompile pool feeding a check pool): same journal, no orphans."""
+    j = tmp_path / "pipe.sqlite"
+    p = audit(corpus, j, "--jobs", "2", "--compile-jobs", "2", wait=False)
+    deadline = time.monotonic() + 300
+    while committed(j) < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert committed(j) < 5
+    assert no_orphans("kverify._internal.worker|multiprocessing.spawn")  # stage processes and their workers
+    audit(corpus, j, "--jobs", "2", "--compile-jobs", "2")
+    assert Journal(j).rows() == Journal(whole).rows()
 
 
 def test_shards_merge_to_the_whole(corpus, whole, tmp_path):
@@ -124,3 +148,18 @@ def test_report_from_journal(whole, tmp_path):
     for f in ("report.md", "report.html", "classes.png", "tolerance_sweep.png"):
         assert (out / f).stat().st_size > 200, f
     assert "Wilson" in (out / "report.md").read_text()
+
+
+def test_out_of_memory_is_recognised_in_reason_or_report():
+    from kverify.audit import out_of_memory
+
+    assert out_of_memory(None, "ref.py: the reference raised OutOfMemoryError at its own shape: CUDA out of memory.")
+    assert out_of_memory({"gates": [{"gate": "G05", "summary": "crash: CUDA error: out of memory"}]}, "")
+    assert not out_of_memory({"gates": [{"gate": "G02", "summary": "normwise err 1e-3 vs bound 1e-6"}]}, "")
+
+
+def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
+    for extra, words in ((["--limit", "0"], "--limit"), (["--id", "ex/nope"], "no row")):
+        r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
+                            *extra], capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -29,6 +29,10 @@ def test_correct_candidate_passes_and_writes_json(tmp_path):
     rep = json.loads(out.read_text())
     assert rep["class"] == "CLEAN" and rep["standard"]["verdict"] == "PASS"
     assert [g["gate"] for g in rep["gates"]] == [f"G{i:02d}" for i in range(1, 13)]
+    secs = rep["meta"]["seconds"]  # where the time goes: per gate and the standard test
+    assert sorted(secs["gates"]) == [f"G{i:02d}" for i in range(1, 13)]
+    assert all(v >= 0 for v in secs["gates"].values()) and sum(secs["gates"].values()) > 0
+    assert 0 < secs["standard"] < secs["total"]
 
 
 def test_nan_to_zero_fails_g03_while_standard_passes(tmp_path):

@@ -20,7 +20,8 @@ from pathlib import Path
 from kverify.errors import UsageError
 from kverify.journal import Journal
 
-CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "UNJUDGED")
+CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "COMPILE_ERROR", "UNJUDGED")
+NOT_JUDGED = ("COMPILE_ERROR", "UNJUDGED")  #: rates of these are over all rows, of the rest over judged rows
 FAILING = ("FAIL", "CRASH", "TIMEOUT", "ERROR")
 SWEEP = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0, 100.0, 1000.0)
 SAMPLE_PER_CELL = 3
@@ -61,10 +62,10 @@ def load(journals: list[str]) -> list[dict]:
 def build(kernels: list[dict]) -> dict:
     n = len(kernels)
     classes = Counter(k["class"] for k in kernels)
-    judged = n - classes.get("UNJUDGED", 0)
-    rates = {c: {"count": classes.get(c, 0), "of": judged if c != "UNJUDGED" else n,
-                 "rate": classes.get(c, 0) / (judged if c != "UNJUDGED" else n) if (judged if c != "UNJUDGED" else n) else 0.0,
-                 "wilson95": wilson(classes.get(c, 0), judged if c != "UNJUDGED" else n)} for c in CLASSES}
+    judged = n - sum(classes.get(c, 0) for c in NOT_JUDGED)
+    of = {c: n if c in NOT_JUDGED else judged for c in CLASSES}
+    rates = {c: {"count": classes.get(c, 0), "of": of[c], "rate": classes.get(c, 0) / of[c] if of[c] else 0.0,
+                 "wilson95": wilson(classes.get(c, 0), of[c])} for c in CLASSES}
     gates: dict[str, Counter] = defaultdict(Counter)
     tf: dict[str, bool] = {}
     for k in kernels:
@@ -73,7 +74,7 @@ def build(kernels: list[dict]) -> dict:
             tf[g] = r["tolerance_free"]
     confusion = Counter()
     for k in kernels:
-        if k["class"] == "UNJUDGED":
+        if k["class"] in NOT_JUDGED:
             continue
         confusion[(k["standard"] or "N/A", "gates pass" if k["class"] == "CLEAN" else "gates reject")] += 1
     sweep = {}
@@ -100,7 +101,8 @@ def build(kernels: list[dict]) -> dict:
                 r = k["gates"][g]
                 sample.append({"gate": g, "source": src, "id": k["id"], "verdict": r["verdict"], "summary": r["summary"],
                                "evidence": r["evidence"]})
-    unjudged = Counter((k["reason"] or "").split(":", 2)[-1].strip()[:120] for k in kernels if k["class"] == "UNJUDGED")
+    unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
+                       for k in kernels if k["class"] in NOT_JUDGED)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
             "tolerance_free": tf,
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
@@ -117,8 +119,13 @@ def _group(kernels, field):
 
 def markdown(rep: dict) -> str:
     L = [f"# kverify audit report\n\n{rep['kernels']} kernels, {rep['judged']} judged.\n", "## Classes\n",
+         "BROKEN, VIOLATION and CLEAN are rates of the judged kernels; COMPILE_ERROR and UNJUDGED are rates "
+         "of all kernels (so the column does not add up to 100%).\n",
          "| class | count | of | rate | Wilson 95% |", "|---|---|---|---|---|"]
     for c, r in rep["classes"].items():
+        if not r["of"]:
+            L.append(f"| {c} | {r['count']} | 0 | n/a | n/a |")
+            continue
         L.append(f"| {c} | {r['count']} | {r['of']} | {r['rate']:.1%} | {r['wilson95'][0]:.1%} – {r['wilson95'][1]:.1%} |")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]

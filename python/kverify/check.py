@@ -50,6 +50,39 @@ def resolve_gates(spec: str | None) -> list[str]:
 
 
 
+def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) -> None:
+    """Judge gate ``g`` from its jobs' outcomes into results[g]: CRASH / TIMEOUT / ERROR /
+    UNSUPPORTED from the outcomes, else the gate's own rule; a kverify fault is ERROR."""
+    mod = GATES[g]
+    mine = {j["id"]: outcomes[j["id"]] for j in plan}
+    if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
+        try:
+            results[g] = mod.judge_outcomes(ctx, mine)
+        except Exception as e:  # noqa: BLE001
+            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
+                                 {"traceback": traceback.format_exc()[-2000:]})
+        return
+    bad = next((o for o in mine.values() if o.status != "ok"), None)
+    if bad is not None:
+        verdict = "CRASH" if bad.status == "crash" else "TIMEOUT"
+        results[g] = _result(mod, verdict, bad.detail[:300], {"detail": bad.detail})
+        return
+    errors = [o.result["error"] for o in mine.values() if "error" in o.result]
+    if errors:
+        results[g] = _result(mod, "ERROR", "kverify fault in the worker: " + errors[0].strip().splitlines()[-1],
+                             {"traceback": errors[0]})
+        return
+    exc = next((o.result["exception"] for o in mine.values() if "exception" in o.result), None)
+    if exc and g != "G01":
+        results[g] = _result(mod, "UNSUPPORTED", f"candidate raised {exc}", {"exception": exc})
+        return
+    try:
+        results[g] = mod.judge(ctx, {k: o.result for k, o in mine.items()})
+    except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
+        results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
+                             {"traceback": traceback.format_exc()[-2000:]})
+
+
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
           device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,
           tolerance: float = 1e-2, standard: bool = True, workdir=None, load_timeout: float = 900.0) -> dict:
@@ -98,37 +131,16 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
     t_run = time.monotonic()
 
+    gate_seconds = {g: 0.0 for g in gate_ids}
     for g, plan in plans.items():
-        mod = GATES[g]
-        mine = {j["id"]: outcomes[j["id"]] for j in plan}
-        if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
-            try:
-                results[g] = mod.judge_outcomes(ctx, mine)
-            except Exception as e:  # noqa: BLE001
-                results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
-                                     {"traceback": traceback.format_exc()[-2000:]})
-            continue
-        bad = next((o for o in mine.values() if o.status != "ok"), None)
-        if bad is not None:
-            verdict = "CRASH" if bad.status == "crash" else "TIMEOUT"
-            results[g] = _result(mod, verdict, bad.detail[:300], {"detail": bad.detail})
-            continue
-        errors = [o.result["error"] for o in mine.values() if "error" in o.result]
-        if errors:
-            results[g] = _result(mod, "ERROR", "kverify fault in the worker: " + errors[0].strip().splitlines()[-1],
-                                 {"traceback": errors[0]})
-            continue
-        exc = next((o.result["exception"] for o in mine.values() if "exception" in o.result), None)
-        if exc and g != "G01":
-            results[g] = _result(mod, "UNSUPPORTED", f"candidate raised {exc}", {"exception": exc})
-            continue
+        t_judge = time.monotonic()
         try:
-            results[g] = mod.judge(ctx, {k: o.result for k, o in mine.items()})
-        except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
-            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
-                                 {"traceback": traceback.format_exc()[-2000:]})
+            _judge_gate(ctx, g, plan, outcomes, results)
+        finally:  # the gate's calls in the worker + its judging here (sanitizer runs, shrinking)
+            gate_seconds[g] = round(sum(outcomes[j["id"]].seconds for j in plan) + time.monotonic() - t_judge, 3)
 
     std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    t_std = time.monotonic()
     if standard:
         job = {"kind": "standard", "id": "standard", "tolerance": tolerance, "trials": STANDARD_TRIALS}
         o = sandbox.run([job], tag="standard")[0]
@@ -146,7 +158,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
                        "inputs": [s.to_json() for s in specs],
                        "seconds": {"candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
                                    "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
-                                   "loads": sandbox.load_seconds}}}
+                                   "loads": sandbox.load_seconds, "gates": gate_seconds,
+                                   "standard": round(time.monotonic() - t_std, 3)}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

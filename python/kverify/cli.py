@@ -83,10 +83,11 @@ def cmd_controls(a) -> int:
 
 def cmd_audit(a) -> int:
     from kverify.audit import run_audit
-    from kverify.check import resolve_device
+    from kverify.check import resolve_device, resolve_gates
 
     return run_audit(a.corpus, a.journal, shard=a.shard, device=resolve_device(a.device), seed=a.seed,
-                     timeout=a.timeout, limit=a.limit, ids=a.id or None)
+                     timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
+                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout)
 
 
 def cmd_merge(a) -> int:
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--shard", default=None, help="i/n: this process audits rows p with p %% n == i")
     au.add_argument("--limit", type=int, default=None, help="at most this many rows (of this shard)")
     au.add_argument("--id", action="append", default=None, help="only these row ids (repeatable)")
+    au.add_argument("--jobs", type=int, default=1, help="rows checked at once (default 1)")
+    au.add_argument("--compile-jobs", type=int, default=0,
+                    help="rows precompiled at once, ahead of the checks (default 0: no separate compile step)")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")
@@ -151,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--timeout and --load-timeout must be positive")
         return a.func(a)
     except LoadError as e:
-        Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False)
+        Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False, soft_wrap=True)
         return 2
     except UsageError as e:
-        Console(stderr=True).print(f"[bold red]kverify: usage:[/] {e}", highlight=False)
+        Console(stderr=True).print(f"[bold red]kverify: usage:[/] {e}", highlight=False, soft_wrap=True)
         return 2
     except KverifyError as e:
-        Console(stderr=True).print(f"[bold red]kverify:[/] {e}", highlight=False)
+        Console(stderr=True).print(f"[bold red]kverify:[/] {e}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130

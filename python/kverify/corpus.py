@@ -25,7 +25,7 @@ def iter_rows(file: str):
     """Yield (line number, row dict). Raises LoadError naming the file, line and reason."""
     p = Path(file)
     if not p.is_file():
-        raise LoadError(file, "no such corpus file")
+        raise LoadError(file, "not a file" if p.exists() else "no such corpus file")
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:

@@ -8,7 +8,6 @@ child resumes at k+1.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import select
@@ -23,19 +22,12 @@ from pathlib import Path
 
 import torch
 
+from kverify.build import build_env
 from kverify.errors import LoadError
 
 #: glibc, CPU runs (G08): every fresh allocation is filled with 0xA5 bytes (MALLOC_PERTURB_=0x5A;
 #: glibc fills with the complement) and the per-thread cache, which skips that fill, is off.
 CPU_MALLOC_ENV = {"MALLOC_PERTURB_": str(0x5A), "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
-
-
-def extension_cache(candidate_source: str) -> Path:
-    """Per-candidate TORCH_EXTENSIONS_DIR, keyed by the source and torch version, so candidates
-    that reuse an extension name never collide and a rerun reuses the compiled module."""
-    key = hashlib.sha256((candidate_source + torch.__version__ + sys.version).encode()).hexdigest()[:20]
-    root = Path(os.environ.get("KVERIFY_CACHE", Path.home() / ".cache" / "kverify"))
-    return root / "ext" / key
 
 
 @dataclass
@@ -47,6 +39,7 @@ class Outcome:
     result: dict | None = None
     detail: str = ""
     log: str = ""  #: the worker's combined stdout/stderr file (sanitizer reports land here)
+    seconds: float = 0.0  #: wall time of the job in the worker (from the previous report to this one)
 
 
 @dataclass
@@ -82,7 +75,7 @@ class Sandbox:
 
     def _env(self) -> dict:
         env = dict(os.environ)
-        env["TORCH_EXTENSIONS_DIR"] = str(extension_cache(self.candidate_source))
+        env.update(build_env(self.candidate_source))  # content-addressed extension cache (kverify.build)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = "0"  # the same allocation sequence run to run (address-keyed defects)
         if self.device == "cpu":
@@ -95,9 +88,10 @@ class Sandbox:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
-            timeout: float | None = None) -> list[Outcome]:
+            timeout: float | None = None, env: dict | None = None) -> list[Outcome]:
         """Run ``jobs`` in order; returns one Outcome per job. ``wrapper`` prefixes the worker's
-        command (e.g. compute-sanitizer and its flags); ``timeout`` overrides the per-job timeout.
+        command (e.g. compute-sanitizer and its flags); ``timeout`` overrides the per-job timeout;
+        ``env`` adds environment variables for the worker.
 
         Raises:
             LoadError: the candidate cannot be loaded (syntax, missing ModelNew, compile error,
@@ -108,10 +102,10 @@ class Sandbox:
         outcomes: list[Outcome | None] = [None] * len(jobs)
         start = 0
         while start < len(jobs):
-            start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout)
+            start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout, env or {})
         return outcomes  # type: ignore[return-value]
 
-    def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float) -> int:
+    def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float, env: dict) -> int:
         spec = {"reference": {"file": str(self.workdir / "reference.py"), "path": self.reference_path},
                 "candidate": {"file": str(self.workdir / "candidate.py"), "path": self.candidate_path},
                 "device": self.device, "seed": self.seed, "tolerance": self.tolerance,
@@ -124,7 +118,7 @@ class Sandbox:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=(wfd,), env=self._env(), start_new_session=True)
+                                    pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
         os.close(wfd)
         reader = _Lines(rfd)
         t0 = time.monotonic()
@@ -134,11 +128,13 @@ class Sandbox:
             if line != "loaded":
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)
+            t_job = time.monotonic()
             for k in range(start, len(jobs)):
                 line = reader.next(timeout)
                 if line == f"done {k}":
                     outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False),
-                                          log=str(log_path))
+                                          log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
+                    t_job = time.monotonic()
                     continue
                 if line is None:  # timed out
                     self._kill(proc)
@@ -169,11 +165,33 @@ class Sandbox:
 
     @staticmethod
     def _kill(proc) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL the worker's whole session: its process group, and the processes that left
+        it for their own group but stay in its session (ninja starts every compiler so)."""
+        kill_session(proc.pid)
         proc.wait()
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL process group ``sid`` and every process whose session id is ``sid`` (Linux /proc;
+    elsewhere the group only)."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # after "pid (comm)": state ppid pgrp session ...
+                os.kill(int(e), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
 
 
 class _Lines:

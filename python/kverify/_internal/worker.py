@@ -19,6 +19,8 @@ import traceback
 import torch
 
 from kverify import engine
+from kverify._internal import fastbuild
+from kverify._internal.lifeline import exit_with_parent
 from kverify.errors import LoadError
 from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
 
@@ -131,6 +133,14 @@ class Runner:
         return synthesize(specs, job[seed_key], self.device)
 
     # -- job kinds -------------------------------------------------------------------------
+    def warm(self, job) -> dict:
+        """Precompile's call (kverify.build.precompile): nothing when loading the candidate already
+        built (or found) its extensions; else one ``run``, which builds extensions made lazily in
+        the first forward."""
+        if fastbuild.read_state(os.environ.get("TORCH_EXTENSIONS_DIR", "")):
+            return {"skipped": "extensions built while loading"}
+        return self.run(job)
+
     def run(self, job) -> dict:
         m = self.model(job.get("binding"))
         x = self.inputs(job)
@@ -414,30 +424,15 @@ def _atomic_save(obj, path: str) -> None:
     os.replace(tmp, path)
 
 
-def _exit_with_parent() -> None:
-    """End this process when kverify's process dies (killed audits leave no orphan workers)."""
-    import threading
-    import time
-
-    parent = os.getppid()
-
-    def watch():
-        while True:
-            if os.getppid() != parent:
-                os._exit(70)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, daemon=True, name="kverify-parent-watch").start()
-
-
 def main() -> int:
-    _exit_with_parent()
+    exit_with_parent()  # a killed kverify leaves no orphan workers
     jobdir, status_fd = sys.argv[1], int(sys.argv[2])
     status = os.fdopen(status_fd, "w", buffering=1)
     with open(os.path.join(jobdir, "spec.json")) as f:
         spec = json.load(f)
     if spec["device"] == "cuda":
         torch.cuda.init()
+    fastbuild.install()  # load_inline builds go to the candidate's cache folder (kverify.build)
     try:
         runner = Runner(spec)
     except LoadError as e:

@@ -43,19 +43,34 @@ def _sanitizer(ctx: Context) -> dict:
     job = ctx.job_at("run", "G11/sanitized", b, ctx.specs_at(b))
     tools = []
     for tool in TOOLS:
-        o = ctx.sandbox.run([job], tag=f"G11-{tool}", timeout=SANITIZER_TIMEOUT,
+        o = ctx.sandbox.run([job], tag=f"G11-{tool}", timeout=SANITIZER_TIMEOUT, env=SANITIZED_ENV,
                             wrapper=[exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all"])[0]
         text = Path(o.log).read_text(errors="replace") if o.log else ""
-        m = re.search(r"ERROR SUMMARY:\s*(\d+)", text)
-        errors = int(m.group(1)) if m else (0 if o.status == "ok" else -1)
-        first = next((l.strip() for l in text.splitlines() if l.startswith("========= ") and
-                      ("Invalid" in l or "Race" in l or "Uninitialized" in l or "hazard" in l.lower()
-                       or "Barrier" in l)), "")
-        rec = {"tool": tool, "errors": max(errors, 0), "first": first[:200], "binding": b}
+        errors, first = parse_sanitizer(text)
+        rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b}
         if o.status != "ok":
             rec.update(errors=max(errors, 1), first=f"{o.status}: {o.detail[:160]}")
+        elif not re.search(r"(ERROR|RACECHECK) SUMMARY", text):
+            rec.update(errors=max(errors, 1), first="compute-sanitizer printed no summary: " + text[-160:])
         tools.append(rec)
     return {"tools": tools}
+
+
+#: every tensor its own cudaMalloc of its exact size: a read past the end of a tensor is then a read
+#: past the end of an allocation, which memcheck sees (inside a caching-allocator block it cannot)
+SANITIZED_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+#: a finding's first line (its detail lines are indented further)
+_FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|Warning: Race)")
+
+
+def parse_sanitizer(text: str) -> tuple[int, str]:
+    """(errors, first finding) from compute-sanitizer output: the largest of "ERROR SUMMARY: N
+    errors", racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (E) and the
+    number of finding lines; the first finding line."""
+    counts = [int(m) for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
+    counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]
+    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln)]
+    return max([0, len(findings), *counts]), (findings[0] if findings else "")
 
 
 def judge(ctx: Context, results: dict) -> dict:

@@ -1,0 +1,146 @@
+"""Compile benchmark: stock ``load_inline`` against kverify's build path, same candidates, one run.
+
+For each selected corpus candidate that calls ``load_inline`` the candidate is precompiled twice
+(kverify.build.precompile: load it and call it once at the problem's own shape), each into its own
+empty cache:
+
+  stock   KVERIFY_FAST_BUILD=0: the candidate's own load_inline call, untouched
+  kverify the fast build (kverify/_internal/fastbuild.py: shim torch/extension.h for the CUDA
+          file, precompiled torch/extension.h for main.cpp, stock fallback)
+
+Both pools run at once with the same number of processes, so both see the same machine load.
+Printed: median and p90 seconds per candidate for each, their ratio, and per candidate whether
+the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists)
+and how the nvcc command lines differ (expected: only kverify's -I shim folder).
+
+Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+
+def _init(cache: str, stock: bool) -> None:
+    os.environ["KVERIFY_CACHE"] = cache
+    if stock:
+        os.environ["KVERIFY_FAST_BUILD"] = "0"
+
+
+def _one(row: dict) -> dict:
+    from kverify.build import cache_dir, precompile
+
+    t = time.monotonic()
+    p = precompile(row["reference"], row["id"] + ":reference", row["candidate"], row["id"] + ":candidate",
+                   device=None, timeout=300, tolerance=row.get("harness", {}).get("allclose_tol", 1e-2))
+    return {"id": row["id"], "seconds": round(time.monotonic() - t, 2), "status": p.status, "error": p.error,
+            "builds": p.builds, "dir": str(cache_dir(row["candidate"]))}
+
+
+def _sass(so: Path) -> str | None:
+    tool = shutil.which("cuobjdump")
+    if not tool:
+        return None
+    out = subprocess.run([tool, "-sass", str(so)], capture_output=True, text=True).stdout
+    return "\n".join(ln for ln in out.splitlines() if not ln.strip().startswith(("Fatbin", "=====", "code for", "arch", "identifier")))
+
+
+def _cuda_flags(build: Path) -> list[str]:
+    try:
+        m = re.search(r"^cuda_cflags = (.*)$", (build / "build.ninja").read_text(), re.M)
+    except OSError:
+        return []
+    return [f for f in shlex.split(m.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")] if m else []
+
+
+def compare_builds(stock_dir: Path, ours_dir: Path) -> dict:
+    """Device code and nvcc flags of the two builds of one candidate."""
+    out = {"sass_identical": None, "flag_diff": []}
+    stock = {p.parent.name: p for p in stock_dir.glob("*/*.so")}
+    ours = {p.parent.name.removesuffix("-stock"): p for p in ours_dir.glob("*/*.so")}
+    same = []
+    for name, so in stock.items():
+        if name not in ours:
+            continue
+        a, b = _sass(so), _sass(ours[name])
+        if a is not None and b is not None:
+            same.append(a == b)
+        fa, fb = _cuda_flags(so.parent), _cuda_flags(ours[name].parent)
+        out["flag_diff"] += [f"+{f}" for f in fb if f not in fa] + [f"-{f}" for f in fa if f not in fb]
+    out["sass_identical"] = all(same) if same else None
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--limit", type=int, default=16, help="candidates (default 16)")
+    ap.add_argument("--jobs", type=int, default=8, help="processes in all, half per mode (default 8)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    rows = [json.loads(ln) for ln in open(a.corpus) if ln.strip()]
+    rows = [r for r in rows if "load_inline" in r.get("candidate", "")]
+    rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())  # a fixed spread over sources
+    rows = rows[: a.limit]
+    root = Path(tempfile.mkdtemp(prefix="kverify-compile-bench-"))
+    half = max(1, a.jobs // 2)
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True)) as ps, \
+            ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False)) as po:
+        fs, fo = [ps.submit(_one, r) for r in rows], [po.submit(_one, r) for r in rows]
+        stock, ours = [f.result() for f in fs], [f.result() for f in fo]
+    wall = time.monotonic() - t0
+    table = []
+    for s, o in zip(stock, ours):
+        cmp = compare_builds(Path(s["dir"]), Path(o["dir"])) if s["status"] == o["status"] == "ok" else {}
+        modes = ",".join(sorted({b.get("mode", "?") for b in o["builds"].values()})) or "-"
+        table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"], "stock_status": s["status"],
+                      "ours_status": o["status"], "ours_mode": modes, **cmp,
+                      "errors": [e for e in (s["error"], o["error"]) if e]})
+    ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]
+    st, ou = [t["stock_s"] for t in ok], [t["ours_s"] for t in ok]
+    summary = {"candidates": len(table), "both_ok": len(ok), "jobs_per_mode": half, "wall_s": round(wall, 1),
+               "stock_median_s": statistics.median(st) if st else None, "stock_p90_s": pct(st, 0.9),
+               "ours_median_s": statistics.median(ou) if ou else None, "ours_p90_s": pct(ou, 0.9),
+               "python": sys.version.split()[0]}
+    if st and ou:
+        summary["median_ratio_stock_over_ours"] = round(summary["stock_median_s"] / summary["ours_median_s"], 2)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps({"summary": summary, "candidates": table}, indent=1))
+    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'mode':>10} {'same SASS':>9}  flag diff / status")
+    for t in table:
+        note = " ".join(t.get("flag_diff", [])) if t["stock_status"] == t["ours_status"] == "ok" else \
+            f"stock {t['stock_status']}, ours {t['ours_status']}: {' | '.join(t['errors'])[:80]}"
+        print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['ours_mode']:>10} "
+              f"{str(t.get('sass_identical', '-')):>9}  {note[:90]}")
+    print(f"\ncompile per candidate, {len(ok)} candidates built by both, {half} at a time per mode, same run:")
+    print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
+    print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
+    print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call: build kverify, optionally re-run `kverify controls --device cuda` (CONTROLS=1)
+# and the G05 evidence of one twin, then audit one shard of the corpus until AUDIT_S seconds
+# have passed (a killed audit keeps every finished kernel; the next call resumes it).
+# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT.
+source "$(dirname "$0")/device_common.sh"
+install_kverify
+if [ "${CONTROLS:-0}" = 1 ]; then
+  python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" > "$OUT/controls_cuda.txt" 2>&1
+  echo "controls rc=$?"; tail -6 "$OUT/controls_cuda.txt"
+  for k in 1 2; do
+    python3 -m kverify check controls/g09_cached_weight/reference.py controls/g09_cached_weight/twin.py \
+      --device cuda --gates G05 --json "$OUT/g05_twin_$k.json" > /dev/null 2>&1
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gates'][0]; print('G05 twin', g['verdict'], g['summary'][:300])" "$OUT/g05_twin_$k.json"
+  done
+fi
+J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
+[ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
+left=$(( ${AUDIT_S:-300} ))
+timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-12}" > "$OUT/audit.log" 2>&1
+echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
+python3 -c "
+import sqlite3,sys; db=sqlite3.connect(sys.argv[1])
+print(db.execute('select count(*) from kernels').fetchone()[0], 'kernels:', dict(db.execute('select class,count(*) from kernels group by class').fetchall()))
+print('median seconds per kernel', sorted(r[0] for r in db.execute('select seconds from kernels'))[len(list(db.execute('select 1 from kernels')))//2])
+" "$J"
+tail -c 600 "$OUT/audit.log"
+echo "total: $(( $(date +%s) - t0 )) s"

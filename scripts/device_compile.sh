@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One device call for the compile benchmark (bench/compile.py): build kverify, then precompile
+# LIMIT corpus candidates with stock load_inline and with kverify's build path, JOBS processes in
+# all. Carry .deps and .corpus (accepted_kernels.jsonl). Logs and JSON under $OUT.
+source "$(dirname "$0")/device_common.sh"
+install_kverify
+echo "nproc $(nproc); $(c++ --version | head -1); $(nvcc --version | tail -1)"
+timeout "${BENCH_LIMIT:-480}" python3 bench/compile.py --corpus .corpus/accepted_kernels.jsonl \
+  --limit "${LIMIT:-12}" --jobs "${JOBS:-8}" --json "$OUT/compile_bench.json" 2>&1 | tee "$OUT/compile_bench.txt"
+echo "total: $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,162 @@
+"""The build path (kverify.build + kverify._internal.fastbuild) on the CPU: a C++ load_inline
+extension is built once into the content-addressed cache and found there by later processes; a
+compile error is the status compile_error with the compiler's first error, also when the
+candidate catches it and falls back to PyTorch; a build that failed is not repeated."""
+import json
+
+import pytest
+
+from kverify._internal.fastbuild import first_compiler_error, read_state
+from kverify.build import cache_dir, precompile
+
+REF = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+N = 1000
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+"""
+
+CAND = """
+import torch
+from torch.utils.cpp_extension import load_inline
+_ext = load_inline(name="kv_build_test", cpp_sources="torch::Tensor relu(torch::Tensor x) {{ return {body}; }}",
+                   functions=["relu"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x)
+"""
+
+CAUGHT = """
+import torch
+from torch.utils.cpp_extension import load_inline
+try:
+    _ext = load_inline(name="kv_build_test", cpp_sources="torch::Tensor relu(torch::Tensor x) { return y; }",
+                       functions=["relu"])
+except Exception:
+    _ext = None
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x) if _ext is not None else torch.relu(x)  # falls back to PyTorch
+"""
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVERIFY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KVERIFY_PCH", "0")  # a precompiled header is ~0.8 GB; the device bench covers it
+    return tmp_path / "cache"
+
+
+def pre(candidate):
+    return precompile(REF, "ref.py", candidate, "cand.py", device="cpu", timeout=120)
+
+
+def test_first_compiler_error_picks_the_diagnostic():
+    out = ("Error building extension 'x': [1/2] c++ -c main.cpp\nFAILED: main.o\n"
+           "main.cpp: In function 'at::Tensor relu(at::Tensor)':\n"
+           "main.cpp:3:54: error: 'y' was not declared in this scope\nninja: build stopped: subcommand failed.")
+    assert first_compiler_error(out) == "main.cpp:3:54: error: 'y' was not declared in this scope"
+    nv = "FAILED: cuda.cuda.o\n/tmp/x/cuda.cu(12): error: identifier \"foo\" is undefined\n1 error detected"
+    assert first_compiler_error(nv).endswith('error: identifier "foo" is undefined')
+    assert first_compiler_error("collect2: error: ld returned 1 exit status") == "collect2: error: ld returned 1 exit status"
+
+
+@pytest.mark.slow
+def test_built_once_then_found_in_the_cache():
+    cand = CAND.format(body="x.clamp_min(0)")
+    first = pre(cand)
+    assert first.status == "ok", first.error
+    (key, b), = first.builds.items()
+    assert key.startswith("kv_build_test-") and b["mode"] == "fast" and b["ok"] is True
+    log = cache_dir(cand) / key / ".ninja_log"
+    before = log.read_text()
+    second = pre(cand)
+    assert second.status == "ok" and log.read_text() == before  # nothing rebuilt
+    assert second.seconds < first.seconds
+    other = CAND.format(body="x.clamp_min(0) ")  # one byte more: another cache folder
+    assert cache_dir(other) != cache_dir(cand)
+
+
+@pytest.mark.slow
+def test_compile_error_is_a_status_with_the_first_error():
+    bad = CAND.format(body="y")
+    p = pre(bad)
+    assert p.status == "compile_error"
+    assert "was not declared" in p.error and "extension kv_build_test failed to build" in p.error
+    (state,) = read_state(cache_dir(bad)).values()
+    assert state["ok"] is False and state["diagnosed"] is True
+    again = pre(bad)  # not rebuilt: the recorded diagnostic is raised at once
+    assert again.status == "compile_error" and again.seconds < p.seconds
+
+
+SECOND_TRY = """
+import torch
+from torch.utils.cpp_extension import load_inline
+try:
+    _ext = load_inline(name="kv_build_test", cpp_sources="torch::Tensor relu(torch::Tensor x) { return y; }",
+                       functions=["relu"])
+except Exception:  # the candidate's own second attempt, same name, other source (seen in CUDA-L1 rows)
+    _ext = load_inline(name="kv_build_test", cpp_sources="torch::Tensor relu(torch::Tensor x) { return x.clamp_min(0); }",
+                       functions=["relu"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x)
+"""
+
+
+@pytest.mark.slow
+def test_second_try_that_builds_is_not_a_compile_error():
+    p = pre(SECOND_TRY)
+    assert p.status == "ok", p.error
+    assert sorted(b["ok"] for b in p.builds.values()) == [False, True]
+    again = pre(SECOND_TRY)  # a later process replays both calls and rebuilds nothing
+    assert again.status == "ok" and again.seconds < p.seconds
+
+
+@pytest.mark.slow
+def test_caught_compile_error_is_still_a_compile_error():
+    p = pre(CAUGHT)
+    assert p.status == "compile_error", json.dumps(p.builds)
+    assert "was not declared" in p.error
+
+
+def test_sanitizer_report_parsing():
+    from kverify.gates.g11_memory_safety import parse_sanitizer
+
+    clean = "========= COMPUTE-SANITIZER\nhello\n========= ERROR SUMMARY: 0 errors\n"
+    assert parse_sanitizer(clean) == (0, "")
+    race = ("========= COMPUTE-SANITIZER\n========= Error: Race reported between Write access at k+0x1c0\n"
+            "=========     and Read access at k+0x1f0 [8 hazards]\n"
+            "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    n, first = parse_sanitizer(race)
+    assert n == 1 and first.startswith("========= Error: Race reported")
+    oob = ("========= Invalid __global__ read of size 4 bytes\n=========     at k+0x70\n"
+           "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n")
+    assert parse_sanitizer(oob) == (2, "========= Invalid __global__ read of size 4 bytes")
+
+
+@pytest.mark.slow
+def test_build_killed_by_load_timeout_recovers_and_leaves_no_compiler():
+    """A worker killed mid-build (load timeout) leaves torch's baton file `lock` behind; the next
+    process must not wait on it for ever, and the killed build's compilers must be gone."""
+    import subprocess
+    import time
+
+    cand = CAND.format(body="x.clamp_min(0) * 1")
+    first = precompile(REF, "ref.py", cand, "cand.py", device="cpu", timeout=120, load_timeout=4)
+    assert first.status == "load_error" and "longer than 4 s" in first.error
+    leftovers = list(cache_dir(cand).glob("*/lock"))
+    assert leftovers, "expected torch's baton file of the killed build"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(cache_dir(cand))],
+                                                         capture_output=True).returncode == 0:
+        time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", str(cache_dir(cand))], capture_output=True).returncode != 0, \
+        "compiler of the killed build still running"
+    second = pre(cand)
+    assert second.status == "ok", second.error
