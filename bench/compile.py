@@ -8,7 +8,8 @@ empty cache:
   kverify the fast build (kverify/_internal/fastbuild.py: shim torch/extension.h for the CUDA
           file, precompiled torch/extension.h for main.cpp, stock fallback)
 
-Both pools run at once with the same number of processes, so both see the same machine load.
+Both pools start together with the same number of processes; the kverify pool finishes first,
+after which the stock builds have the machine to themselves (which favours stock).
 Printed: median and p90 seconds per candidate for each, their ratio, and per candidate whether
 the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists)
 and how the nvcc command lines differ (expected: only kverify's -I shim folder).

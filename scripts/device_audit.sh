@@ -20,6 +20,17 @@ left=$(( ${AUDIT_S:-300} ))
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-12}" > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
+python3 - "$J" <<'PY'
+import sqlite3, statistics, sys
+db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL
+secs = [r[0] for r in db.execute("select seconds from kernels")]
+print(len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
+print("median seconds per kernel", statistics.median(secs) if secs else "n/a")
+PY
+left=$(( ${AUDIT_S:-300} ))
+timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-12}" > "$OUT/audit.log" 2>&1
+echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 python3 -c "
 import sqlite3,sys; db=sqlite3.connect(sys.argv[1])
 print(db.execute('select count(*) from kernels').fetchone()[0], 'kernels:', dict(db.execute('select class,count(*) from kernels group by class').fetchall()))

@@ -22,7 +22,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections import deque
@@ -33,9 +32,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import Journal
+from kverify.journal import CLASSES, Journal
 
-CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "COMPILE_ERROR", "UNJUDGED")
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
@@ -185,15 +183,6 @@ def out_of_memory(report: dict | None, reason: str) -> bool:
     return any(k in text for k in _OOM)
 
 
-def _describe(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
@@ -201,6 +190,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2)
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
     GPU is not recorded but run again at the end, alone; only what runs out of memory alone is
     recorded so. Processes end with this one (lifeline)."""
+    from kverify.sandbox import describe_exit
+
     ctx = multiprocessing.get_context("spawn")
     tmp = Path(tempfile.mkdtemp(prefix="kverify-audit-"))
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
@@ -237,8 +228,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2)
                     if deaths[k] < attempts:
                         waiting[stage].append(row)
                     else:
-                        record(row, None, "UNJUDGED", f"kverify's {stage} process for this row died "
-                                                      f"({_describe(p.exitcode)}) {attempts} times", 0.0)
+                        record(row, None, "UNJUDGED", f"kverify's {stage} process for this row "
+                                                      f"{describe_exit(p.exitcode)}, {attempts} times", 0.0)
                     continue
                 if stage == "build":
                     status, error, seconds = res

@@ -18,9 +18,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from kverify.errors import UsageError
-from kverify.journal import Journal
+from kverify.journal import CLASSES, Journal
 
-CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "COMPILE_ERROR", "UNJUDGED")
 NOT_JUDGED = ("COMPILE_ERROR", "UNJUDGED")  #: rates of these are over all rows, of the rest over judged rows
 FAILING = ("FAIL", "CRASH", "TIMEOUT", "ERROR")
 SWEEP = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0, 100.0, 1000.0)

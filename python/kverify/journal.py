@@ -12,6 +12,9 @@ from pathlib import Path
 
 from kverify.errors import UsageError
 
+#: a kernel's class: three from the gates (kverify.report), then the two that were not judged
+CLASSES = ("BROKEN", "VIOLATION", "CLEAN", "COMPILE_ERROR", "UNJUDGED")
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels (
   id TEXT PRIMARY KEY, source TEXT, level INTEGER, problem TEXT, version TEXT, backend TEXT, gpu TEXT,

@@ -142,7 +142,7 @@ class Sandbox:
                                                             f"output tail: {_tail(log_path)}", log=str(log_path))
                 else:  # EOF: the process ended during job k
                     rc = proc.wait()
-                    outcomes[k] = Outcome("crash", detail=f"{_describe_exit(rc)} during the call; "
+                    outcomes[k] = Outcome("crash", detail=f"{describe_exit(rc)} during the call; "
                                                           f"output tail: {_tail(log_path)}", log=str(log_path))
                 return k + 1
             proc.wait(timeout=120)
@@ -160,7 +160,7 @@ class Sandbox:
         if line is None:
             raise LoadError(self.candidate_path, f"loading/compiling took longer than {self.load_timeout:g} s")
         rc = proc.wait()
-        raise LoadError(self.candidate_path, f"candidate {_describe_exit(rc)} while loading; "
+        raise LoadError(self.candidate_path, f"candidate {describe_exit(rc)} while loading; "
                                              f"output tail: {_tail(log_path)}")
 
     @staticmethod
@@ -220,7 +220,8 @@ class _Lines:
         os.close(self.fd)
 
 
-def _describe_exit(rc: int) -> str:
+def describe_exit(rc: int) -> str:
+    """"exited with code N" or "was killed by SIGNAME" for a Popen/Process exit status."""
     if rc < 0:
         try:
             return f"was killed by {signal.Signals(-rc).name}"

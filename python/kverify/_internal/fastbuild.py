@@ -15,10 +15,11 @@ fast build
     26 s for main.cpp without a precompiled header.)
 stock build
     When the fast build fails, the same call is built again exactly as stock ``load_inline``
-    builds it (in the folder NAME-stock), so a kernel that needs more than the shim still loads.
+    builds it (in its own folder), so a kernel that needs more than the shim still loads.
 
-Every outcome is written to TORCH_EXTENSIONS_DIR/kverify_build.json: per extension name the mode,
-whether it built, the compiler's first error and the seconds. Later processes of the same
+Every outcome is written to TORCH_EXTENSIONS_DIR/kverify_build.json, one record per distinct call
+(key NAME-<hash of its arguments>; its folders are KEY and KEY-stock): the mode, whether it built,
+the compiler's first error and the seconds. Later processes of the same
 candidate replay the recorded mode, so they find the extension built and never rebuild it, and an
 audit sees a failed build even when the candidate caught the exception and fell back to PyTorch.
 A build that failed with a compiler diagnostic is not tried again in later processes (the same
@@ -62,7 +63,7 @@ def first_compiler_error(text: str) -> str:
 
 
 def read_state(ext_dir: str | os.PathLike) -> dict:
-    """{extension name: {mode, ok, seconds, error?, fast_error?, pch?}} recorded in ``ext_dir``."""
+    """{NAME-<hash>: {mode, ok, seconds, error?, diagnosed?, fast_error?, pch?}} recorded in ``ext_dir``."""
     try:
         return json.loads((Path(ext_dir) / STATE_FILE).read_text())
     except (OSError, ValueError):

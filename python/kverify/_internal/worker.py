@@ -137,7 +137,8 @@ class Runner:
         """Precompile's call (kverify.build.precompile): nothing when loading the candidate already
         built (or found) its extensions; else one ``run``, which builds extensions made lazily in
         the first forward."""
-        if fastbuild.read_state(os.environ.get("TORCH_EXTENSIONS_DIR", "")):
+        ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR")
+        if ext_dir and fastbuild.read_state(ext_dir):
             return {"skipped": "extensions built while loading"}
         return self.run(job)
 
