@@ -27,14 +27,5 @@ secs = [r[0] for r in db.execute("select seconds from kernels")]
 print(len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
 print("median seconds per kernel", statistics.median(secs) if secs else "n/a")
 PY
-left=$(( ${AUDIT_S:-300} ))
-timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-12}" > "$OUT/audit.log" 2>&1
-echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
-python3 -c "
-import sqlite3,sys; db=sqlite3.connect(sys.argv[1])
-print(db.execute('select count(*) from kernels').fetchone()[0], 'kernels:', dict(db.execute('select class,count(*) from kernels group by class').fetchall()))
-print('median seconds per kernel', sorted(r[0] for r in db.execute('select seconds from kernels'))[len(list(db.execute('select 1 from kernels')))//2])
-" "$J"
 tail -c 600 "$OUT/audit.log"
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -1,4 +1,5 @@
-"""DEFECT (G11): 4-wide loads read up to 3 floats past the end of x in the last vector (memcheck)."""
+"""DEFECT (G11): a float4 load per thread reads up to 3 floats past the end of x in the last vector
+(memcheck; x has 18477 elements, 1 past a multiple of 4)."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -9,8 +10,10 @@ CUDA = r"""
 __global__ void k(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 4;
   if (i >= n) return;
-  float a = x[i], b = x[i + 1], c = x[i + 2], d = x[i + 3];  // reads past n in the last vector
-  float v[4] = {a < 0.f ? 0.f : a, b < 0.f ? 0.f : b, c < 0.f ? 0.f : c, d < 0.f ? 0.f : d};
+  // one 16-byte load per thread: the last vector reads past n (a scalar load the compiler could
+  // sink under the store's guard below, so the read would not exist in the binary; this one must)
+  float4 q = reinterpret_cast<const float4*>(x)[i / 4];
+  float v[4] = {q.x < 0.f ? 0.f : q.x, q.y < 0.f ? 0.f : q.y, q.z < 0.f ? 0.f : q.z, q.w < 0.f ? 0.f : q.w};
   for (int e = 0; e < 4 && i + e < n; ++e) y[i + e] = v[e];
 }
 torch::Tensor run(torch::Tensor x) {
