@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="only the first four configurations")
+    ap.add_argument("--only", default=None, help="comma-separated configuration names")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--no-bypass", action="store_true", help="keep fla's Triton version guard")
     ap.add_argument("--json", default=None)
@@ -95,6 +96,8 @@ def main(argv=None) -> int:
     results = []
     print(f"{'config':24s} {'tensor':6s} {'ours':>9s} {'fla':>9s}  ours<=fla  bitwise-repeat", flush=True)
     for c in configs(a.quick):
+        if a.only and c["name"] not in a.only.split(","):
+            continue
         t0 = time.time()
         x, do, dht = inputs(c, dtype)
         ro, rht = oracle_forward(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=c["K"] ** -0.5, initial_state=x["h0"],

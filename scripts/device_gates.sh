@@ -27,8 +27,10 @@ PY
   done; done
   for f in defect twin; do
     python3 -m kverify check $c/reference.py $c/$f.py --device cuda --gates G11 --json "$OUT/g11_$f.json" > "$OUT/g11_$f.txt" 2>&1
-    echo "G11 check $f rc=$?"; grep -E "^ *G11" "$OUT/g11_$f.txt" | cut -c1-220
+    echo "G11 check $f rc=$?"; grep -E "G11" "$OUT/g11_$f.txt" | cut -c1-220
   done
+  # the device tool returns a limited number of files: one archive for the probe's
+  (cd "$OUT" && tar czf g11_probe.tgz g11_* && rm -f g11_probe_*.txt g11_defect.* g11_twin.*)
 fi
 if [ "${TIME_ROWS:-0}" -gt 0 ]; then
   python3 bench/check_time.py --corpus .corpus/level1_sel.jsonl --limit "$TIME_ROWS" --device cuda 2>&1 | tee "$OUT/check_time.txt"

@@ -87,10 +87,10 @@ KV_HD Ws carve(const Dims& d, float* base) {
 }
 
 /// Shared-memory floats of each body.
-constexpr int kPrepSmem = 2 * C + 2 * C * C;
-KV_HD int state_smem(int K) { return K * kTileV + C * kTileV + C * C + C; }
-constexpr int kOutSmem = C * C + C;
-KV_HD int bwd_smem(int K) { return 6 * C + 5 * C * C + C * K; }
+constexpr int kPrepSmem = 2 * C + 3 * C * C;
+KV_HD int state_smem(int K) { return K * kTileV + C * kTileV + 2 * C * C + C; }
+constexpr int kOutSmem = 2 * C * C + C;
+KV_HD int bwd_smem(int K) { return 6 * C + 6 * C * C + C * K; }
 
 // ---- accessors ----------------------------------------------------------------------------
 template <class E>
@@ -117,11 +117,33 @@ KV_BODY void load_gates(const X& x, const Args& a, int64_t t0, int L, int hv, fl
   x.sync();
 }
 
+/// Dec[t,s] = e^{g_{s+1} + … + g_t} for s ≤ t < L (0 elsewhere): the decay between two tokens of
+/// the chunk, summed directly rather than as γ_t − γ_s. The difference of two cumulative sums
+/// loses the small terms after a large one (fp32), can come out positive (e^{+} overflows), and
+/// is (−∞) − (−∞) = NaN after a token with g = −∞ (a full reset) where the true decay is finite.
+/// A sum of terms ≤ 0 is ≤ 0 in floating point, so every exponent formed here is ≤ 0.
+template <class X, class TG>
+KV_BODY void build_decay(const X& x, const Args& a, int64_t t0, int L, int hv, float* Dec) {
+  for (int t = x.tid; t < C; t += x.nth) {
+    float acc = 0.f;
+    for (int s = C - 1; s > t; --s) Dec[t * C + s] = 0.f;
+    if (t < L) {
+      Dec[t * C + t] = 1.f;
+      for (int s = t - 1; s >= 0; --s) {
+        acc += at<TG>(a.g, t0 + s + 1, hv, 0);
+        Dec[t * C + s] = fexp(acc);
+      }
+    } else {
+      for (int s = t; s >= 0; --s) Dec[t * C + s] = 0.f;
+    }
+  }
+}
+
 /// KK[t,s] = k_t·k_s for s < t < L (0 elsewhere), then T = (I + A)^{-1} with
-/// A[t,s] = β_t e^{γ_t−γ_s} KK[t,s] (strictly lower), by forward substitution row by row:
+/// A[t,s] = β_t Dec[t,s] KK[t,s] (strictly lower), by forward substitution row by row:
 /// T[i,j] = −Σ_{m=j}^{i−1} A[i,m] T[m,j]  (j < i), T[i,i] = 1. Rows past L are those of I.
 template <class X, class TIO>
-KV_BODY void build_T(const X& x, const Args& a, int64_t t0, int L, int h, const float* gam, const float* bet,
+KV_BODY void build_T(const X& x, const Args& a, int64_t t0, int L, int h, const float* Dec, const float* bet,
                      float* KK, float* Tm) {
   const int K = a.d.K;
   for (int i = x.tid; i < C * C; i += x.nth) {
@@ -136,7 +158,7 @@ KV_BODY void build_T(const X& x, const Args& a, int64_t t0, int L, int h, const 
   for (int r = 1; r < L; ++r) {
     for (int j = x.tid; j < r; j += x.nth) {
       float acc = 0.f;
-      for (int m = j; m < r; ++m) acc += bet[r] * fexp(gam[r] - gam[m]) * KK[r * C + m] * Tm[m * C + j];
+      for (int m = j; m < r; ++m) acc += bet[r] * Dec[r * C + m] * KK[r * C + m] * Tm[m * C + j];
       Tm[r * C + j] = -acc;
     }
     x.sync();
@@ -151,9 +173,10 @@ KV_BODY void prep(const X& x, const Args& a, int64_t c, int hv, float* sm) {
   const Ws ws = carve(d, a.ws);
   const int64_t t0 = a.chunks[2 * c];
   const int L = int(a.chunks[2 * c + 1]), h = hv / (d.HV / d.H), K = d.K, V = d.V;
-  float *gam = sm, *bet = gam + C, *KK = bet + C, *Tm = KK + C * C;
+  float *gam = sm, *bet = gam + C, *KK = bet + C, *Tm = KK + C * C, *Dec = Tm + C * C;
+  build_decay<X, TG>(x, a, t0, L, hv, Dec);
   load_gates<X, TG>(x, a, t0, L, hv, gam, bet, ws.gcum);
-  build_T<X, TIO>(x, a, t0, L, h, gam, bet, KK, Tm);
+  build_T<X, TIO>(x, a, t0, L, h, Dec, bet, KK, Tm);
   for (int i = x.tid; i < L * K; i += x.nth) {
     const int t = i / K, e = i % K;
     float acc = 0.f;
@@ -170,13 +193,13 @@ KV_BODY void prep(const X& x, const Args& a, int64_t c, int hv, float* sm) {
 
 /// state_fwd (sequence n, value head hv, columns [vt*kTileV, +kTileV) of the state): for each
 /// chunk in order, h[c] = S; δ = u − w S → vnew; S ← e^{γ_L} S + Kᵀ diag(e^{γ_L−γ}) δ. ht = S.
-template <class X, class TIO>
+template <class X, class TIO, class TG>
 KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* sm) {
   const Dims& d = a.d;
   const Ws ws = carve(d, a.ws);
   const int K = d.K, V = d.V, h = hv / (d.HV / d.H), v0 = vt * kTileV;
   const int nv = V - v0 < kTileV ? V - v0 : kTileV;
-  float *S = sm, *D = S + K * kTileV, *gam = D + C * kTileV;
+  float *S = sm, *D = S + K * kTileV, *gam = D + C * kTileV, *Dec = gam + C;
   for (int i = x.tid; i < K * nv; i += x.nth) {
     const int e = i / nv, j = i % nv;
     S[e * kTileV + j] = a.h0 ? a.h0[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] : 0.f;
@@ -186,6 +209,7 @@ KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* 
     const int64_t t0 = a.chunks[2 * c];
     const int L = int(a.chunks[2 * c + 1]);
     for (int t = x.tid; t < L; t += x.nth) gam[t] = ws.gcum[(t0 + t) * d.HV + hv];
+    build_decay<X, TG>(x, a, t0, L, hv, Dec);
     for (int i = x.tid; i < K * nv; i += x.nth) {
       const int e = i / nv, j = i % nv;
       ws.h[((c * d.HV + hv) * K + e) * V + v0 + j] = S[e * kTileV + j];
@@ -199,11 +223,11 @@ KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* 
       ws.vnew[row * V + v0 + j] = acc;
     }
     x.sync();
-    const float gL = gam[L - 1], eL = fexp(gL);
+    const float eL = fexp(gam[L - 1]);
     for (int i = x.tid; i < K * nv; i += x.nth) {
       const int e = i / nv, j = i % nv;
       float acc = eL * S[e * kTileV + j];
-      for (int t = 0; t < L; ++t) acc += fexp(gL - gam[t]) * at<TIO>(a.k, t0 + t, h, e) * D[t * kTileV + j];
+      for (int t = 0; t < L; ++t) acc += Dec[(L - 1) * C + t] * at<TIO>(a.k, t0 + t, h, e) * D[t * kTileV + j];
       S[e * kTileV + j] = acc;
     }
     x.sync();
@@ -215,31 +239,32 @@ KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* 
     }
 }
 
-/// P[t,s] = s·e^{γ_t−γ_s} q_t·k_s for s ≤ t < L, 0 elsewhere (gam loaded).
+/// P[t,s] = s·Dec[t,s] q_t·k_s for s ≤ t < L, 0 elsewhere (Dec built).
 template <class X, class TIO>
-KV_BODY void build_P(const X& x, const Args& a, int64_t t0, int L, int h, const float* gam, float* P) {
+KV_BODY void build_P(const X& x, const Args& a, int64_t t0, int L, int h, const float* Dec, float* P) {
   for (int i = x.tid; i < C * C; i += x.nth) {
     const int t = i / C, s = i % C;
     float acc = 0.f;
     if (s <= t && t < L) {
       for (int e = 0; e < a.d.K; ++e) acc += at<TIO>(a.q, t0 + t, h, e) * at<TIO>(a.k, t0 + s, h, e);
-      acc *= a.d.scale * fexp(gam[t] - gam[s]);
+      acc *= a.d.scale * Dec[t * C + s];
     }
     P[i] = acc;
   }
 }
 
 /// output (chunk c, value head hv): o = s·diag(e^γ) Q h[c] + P v_new.
-template <class X, class TIO>
+template <class X, class TIO, class TG>
 KV_BODY void output(const X& x, const Args& a, int64_t c, int hv, float* sm) {
   const Dims& d = a.d;
   const Ws ws = carve(d, a.ws);
   const int64_t t0 = a.chunks[2 * c];
   const int L = int(a.chunks[2 * c + 1]), h = hv / (d.HV / d.H), K = d.K, V = d.V;
-  float *P = sm, *gam = P + C * C;
+  float *P = sm, *Dec = P + C * C, *gam = Dec + C * C;
   for (int t = x.tid; t < L; t += x.nth) gam[t] = ws.gcum[(t0 + t) * d.HV + hv];
+  build_decay<X, TG>(x, a, t0, L, hv, Dec);
   x.sync();
-  build_P<X, TIO>(x, a, t0, L, h, gam, P);
+  build_P<X, TIO>(x, a, t0, L, h, Dec, P);
   x.sync();
   const float* H0 = ws.h + (c * d.HV + hv) * int64_t(K) * V;
   for (int i = x.tid; i < L * V; i += x.nth) {
@@ -255,13 +280,13 @@ KV_BODY void output(const X& x, const Args& a, int64_t c, int hv, float* sm) {
 /// state_bwd (sequence n, value head hv, state columns tile vt): for each chunk from the last,
 /// dh[c] = dS; dδ = Pᵀ dO + diag(e^{γ_L−γ}) K dS → dvnew;
 /// dS ← s·Qᵀ diag(e^γ) dO + e^{γ_L} dS − wᵀ dδ. dh0 = dS.
-template <class X, class TIO>
+template <class X, class TIO, class TG>
 KV_BODY void state_bwd(const X& x, const Args& a, int n, int hv, int vt, float* sm) {
   const Dims& d = a.d;
   const Ws ws = carve(d, a.ws);
   const int K = d.K, V = d.V, h = hv / (d.HV / d.H), v0 = vt * kTileV;
   const int nv = V - v0 < kTileV ? V - v0 : kTileV;
-  float *dS = sm, *DD = dS + K * kTileV, *P = DD + C * kTileV, *gam = P + C * C;
+  float *dS = sm, *DD = dS + K * kTileV, *P = DD + C * kTileV, *Dec = P + C * C, *gam = Dec + C * C;
   for (int i = x.tid; i < K * nv; i += x.nth) {
     const int e = i / nv, j = i % nv;
     dS[e * kTileV + j] = a.dht ? a.dht[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] : 0.f;
@@ -271,20 +296,21 @@ KV_BODY void state_bwd(const X& x, const Args& a, int n, int hv, int vt, float* 
     const int64_t t0 = a.chunks[2 * c];
     const int L = int(a.chunks[2 * c + 1]);
     for (int t = x.tid; t < L; t += x.nth) gam[t] = ws.gcum[(t0 + t) * d.HV + hv];
+    build_decay<X, TG>(x, a, t0, L, hv, Dec);
     for (int i = x.tid; i < K * nv; i += x.nth) {
       const int e = i / nv, j = i % nv;
       ws.dh[((c * d.HV + hv) * K + e) * V + v0 + j] = dS[e * kTileV + j];
     }
     x.sync();
-    build_P<X, TIO>(x, a, t0, L, h, gam, P);
+    build_P<X, TIO>(x, a, t0, L, h, Dec, P);
     x.sync();
-    const float gL = gam[L - 1], eL = fexp(gL);
+    const float eL = fexp(gam[L - 1]);
     for (int i = x.tid; i < L * nv; i += x.nth) {
       const int s = i / nv, j = i % nv;
       float intra = 0.f, carry = 0.f;
       for (int t = s; t < L; ++t) intra += P[t * C + s] * at<TIO>(a.d_o, t0 + t, hv, v0 + j);
       for (int e = 0; e < K; ++e) carry += at<TIO>(a.k, t0 + s, h, e) * dS[e * kTileV + j];
-      const float dd = intra + fexp(gL - gam[s]) * carry;
+      const float dd = intra + Dec[(L - 1) * C + s] * carry;
       DD[s * kTileV + j] = dd;
       ws.dvnew[((t0 + s) * d.HV + hv) * V + v0 + j] = dd;
     }
@@ -326,14 +352,16 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
   const int64_t t0 = a.chunks[2 * c];
   const int L = int(a.chunks[2 * c + 1]), h = hv / (d.HV / d.H), K = d.K, V = d.V;
   float *gam = sm, *bet = gam + C, *dgam = bet + C, *dbet = dgam + C, *rr = dbet + C, *misc = rr + C;
-  float *Tm = misc + C, *M1 = Tm + C * C, *M3 = M1 + C * C, *KK = M3 + C * C, *M2 = KK + C * C, *dW = M2 + C * C;
+  float *Tm = misc + C, *M1 = Tm + C * C, *M3 = M1 + C * C, *KK = M3 + C * C, *M2 = KK + C * C, *Dec = M2 + C * C;
+  float* dW = Dec + C * C;
   const float* S0 = ws.h + (c * d.HV + hv) * int64_t(K) * V;
   const float* dSL = ws.dh + (c * d.HV + hv) * int64_t(K) * V;
   auto delta = [&](int t, int j) { return ws.vnew[((t0 + t) * d.HV + hv) * V + j]; };
   auto ddelta = [&](int t, int j) { return ws.dvnew[((t0 + t) * d.HV + hv) * V + j]; };
 
+  build_decay<X, TG>(x, a, t0, L, hv, Dec);
   load_gates<X, TG>(x, a, t0, L, hv, gam, bet, nullptr);
-  build_T<X, TIO>(x, a, t0, L, h, gam, bet, KK, Tm);
+  build_T<X, TIO>(x, a, t0, L, h, Dec, bet, KK, Tm);
   // M1 = Dm, M2 = QK, dW = −dδ S0ᵀ
   for (int i = x.tid; i < C * C; i += x.nth) {
     const int t = i / C, s = i % C;
@@ -341,7 +369,7 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
     if (s <= t && t < L) {
       for (int j = 0; j < V; ++j) dm += at<TIO>(a.d_o, t0 + t, hv, j) * delta(s, j);
       for (int e = 0; e < K; ++e) qk += at<TIO>(a.q, t0 + t, h, e) * at<TIO>(a.k, t0 + s, h, e);
-      dm *= d.scale * fexp(gam[t] - gam[s]);
+      dm *= d.scale * Dec[t * C + s];
     }
     M1[i] = dm;
     M2[i] = qk;
@@ -398,11 +426,11 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
   for (int t = x.tid; t < L; t += x.nth) {
     float db = 0.f, dz = 0.f;
     for (int s = 0; s < t; ++s) {
-      const float e = fexp(gam[t] - gam[s]) * KK[t * C + s] * M3[t * C + s];
+      const float e = Dec[t * C + s] * KK[t * C + s] * M3[t * C + s];
       db += e;
       dz += bet[t] * e;
     }
-    for (int u = t + 1; u < L; ++u) dz -= bet[u] * fexp(gam[u] - gam[t]) * KK[u * C + t] * M3[u * C + t];
+    for (int u = t + 1; u < L; ++u) dz -= bet[u] * Dec[u * C + t] * KK[u * C + t] * M3[u * C + t];
     dbet[t] += db;
     dgam[t] += dz;
   }
@@ -410,12 +438,12 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
   // M3 = Bm = dA β_t e^{γ_t−γ_s}
   for (int i = x.tid; i < C * C; i += x.nth) {
     const int t = i / C, s = i % C;
-    if (s < t && t < L) M3[i] *= bet[t] * fexp(gam[t] - gam[s]);
+    if (s < t && t < L) M3[i] *= bet[t] * Dec[t * C + s];
   }
   x.sync();
   // per-row terms: q·dQ1, k·(TᵀdW), v·(Tᵀdδ), r
   for (int t = x.tid; t < L; t += x.nth) {
-    const float et = fexp(gam[t]), gL = gam[L - 1];
+    const float et = fexp(gam[t]);
     float q_dq1 = 0.f, k_yw = 0.f, k_sc = 0.f, v_yu = 0.f;
     for (int e = 0; e < K; ++e) {
       float dq1 = 0.f, sc = 0.f, yw = 0.f;
@@ -434,7 +462,7 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
       for (int p = t; p < L; ++p) yu += Tm[p * C + t] * ddelta(p, j);
       v_yu += at<TIO>(a.v, t0 + t, hv, j) * yu;
     }
-    rr[t] = fexp(gL - gam[t]) * k_sc;
+    rr[t] = Dec[(L - 1) * C + t] * k_sc;
     dgam[t] += d.scale * et * q_dq1 + bet[t] * et * k_yw - rr[t];
     dbet[t] += et * k_yw + v_yu;
   }
@@ -453,7 +481,6 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
     }
   }
   // dq, dk of this value head
-  const float gL = gam[L - 1];
   for (int i = x.tid; i < L * K; i += x.nth) {
     const int t = i / K, e = i % K;
     float dq1 = 0.f, sc = 0.f, dq2 = 0.f, dkA = 0.f, dkO = 0.f, yw = 0.f;
@@ -470,7 +497,7 @@ KV_BODY void chunk_bwd(const X& x, const Args& a, int64_t c, int hv, float* sm) 
     }
     const int64_t row = (t0 + t) * d.HV + hv;
     ws.dqh[row * K + e] = d.scale * fexp(gam[t]) * dq1 + dq2;
-    ws.dkh[row * K + e] = dkA + dkO + fexp(gL - gam[t]) * sc + bet[t] * fexp(gam[t]) * yw;
+    ws.dkh[row * K + e] = dkA + dkO + Dec[(L - 1) * C + t] * sc + bet[t] * fexp(gam[t]) * yw;
   }
   for (int i = x.tid; i < L * V; i += x.nth) {
     const int t = i / V, j = i % V;

@@ -63,10 +63,10 @@ void forward_serial(const Args& a) {
     for (int hv = 0; hv < d.HV; ++hv) body::prep<body::Serial, TIO, TG>(x, a, c, hv, sm.data());
   for (int n = 0; n < d.N; ++n)
     for (int hv = 0; hv < d.HV; ++hv)
-      for (int vt = 0; vt < tiles; ++vt) body::state_fwd<body::Serial, TIO>(x, a, n, hv, vt, sm.data());
+      for (int vt = 0; vt < tiles; ++vt) body::state_fwd<body::Serial, TIO, TG>(x, a, n, hv, vt, sm.data());
   if (a.o)
     for (int64_t c = 0; c < d.NT; ++c)
-      for (int hv = 0; hv < d.HV; ++hv) body::output<body::Serial, TIO>(x, a, c, hv, sm.data());
+      for (int hv = 0; hv < d.HV; ++hv) body::output<body::Serial, TIO, TG>(x, a, c, hv, sm.data());
 }
 
 template <class TIO, class TG>
@@ -81,7 +81,7 @@ void backward_serial(const Args& a) {
   const int tiles = (d.V + kTileV - 1) / kTileV;
   for (int n = 0; n < d.N; ++n)
     for (int hv = 0; hv < d.HV; ++hv)
-      for (int vt = 0; vt < tiles; ++vt) body::state_bwd<body::Serial, TIO>(x, a, n, hv, vt, sm.data());
+      for (int vt = 0; vt < tiles; ++vt) body::state_bwd<body::Serial, TIO, TG>(x, a, n, hv, vt, sm.data());
   for (int64_t c = 0; c < d.NT; ++c)
     for (int hv = 0; hv < d.HV; ++hv) body::chunk_bwd<body::Serial, TIO, TG>(x, a, c, hv, sm.data());
   for (int64_t t = 0; t < d.tokens; ++t)

@@ -33,20 +33,20 @@ __global__ void __launch_bounds__(kThreads) k_prep(Args a) {
   extern __shared__ float sm[];
   body::prep<Block, TIO, TG>(block(), a, blockIdx.x, blockIdx.y, sm);
 }
-template <class TIO>
+template <class TIO, class TG>
 __global__ void __launch_bounds__(kThreads) k_state_fwd(Args a) {
   extern __shared__ float sm[];
-  body::state_fwd<Block, TIO>(block(), a, blockIdx.z, blockIdx.y, blockIdx.x, sm);
+  body::state_fwd<Block, TIO, TG>(block(), a, blockIdx.z, blockIdx.y, blockIdx.x, sm);
 }
-template <class TIO>
+template <class TIO, class TG>
 __global__ void __launch_bounds__(kThreads) k_output(Args a) {
   extern __shared__ float sm[];
-  body::output<Block, TIO>(block(), a, blockIdx.x, blockIdx.y, sm);
+  body::output<Block, TIO, TG>(block(), a, blockIdx.x, blockIdx.y, sm);
 }
-template <class TIO>
+template <class TIO, class TG>
 __global__ void __launch_bounds__(kThreads) k_state_bwd(Args a) {
   extern __shared__ float sm[];
-  body::state_bwd<Block, TIO>(block(), a, blockIdx.z, blockIdx.y, blockIdx.x, sm);
+  body::state_bwd<Block, TIO, TG>(block(), a, blockIdx.z, blockIdx.y, blockIdx.x, sm);
 }
 template <class TIO, class TG>
 __global__ void __launch_bounds__(kThreads) k_chunk_bwd(Args a) {
@@ -78,8 +78,8 @@ void forward_launch(const Args& a, cudaStream_t s) {
   const Dims& d = a.d;
   const unsigned tiles = (d.V + kTileV - 1) / kTileV;
   launch(k_prep<TIO, TG>, dim3(unsigned(d.NT), d.HV), kThreads, body::kPrepSmem, s, a, "prep");
-  launch(k_state_fwd<TIO>, dim3(tiles, d.HV, d.N), kThreads, body::state_smem(d.K), s, a, "state_fwd");
-  if (a.o) launch(k_output<TIO>, dim3(unsigned(d.NT), d.HV), kThreads, body::kOutSmem, s, a, "output");
+  launch(k_state_fwd<TIO, TG>, dim3(tiles, d.HV, d.N), kThreads, body::state_smem(d.K), s, a, "state_fwd");
+  if (a.o) launch(k_output<TIO, TG>, dim3(unsigned(d.NT), d.HV), kThreads, body::kOutSmem, s, a, "output");
 }
 
 template <class TIO, class TG>
@@ -90,7 +90,7 @@ void backward_launch(const Args& a, cudaStream_t s) {
   f.ht = nullptr;
   forward_launch<TIO, TG>(f, s);
   const unsigned tiles = (d.V + kTileV - 1) / kTileV;
-  launch(k_state_bwd<TIO>, dim3(tiles, d.HV, d.N), kThreads, body::state_smem(d.K), s, a, "state_bwd");
+  launch(k_state_bwd<TIO, TG>, dim3(tiles, d.HV, d.N), kThreads, body::state_smem(d.K), s, a, "state_bwd");
   launch(k_chunk_bwd<TIO, TG>, dim3(unsigned(d.NT), d.HV), kThreads, body::bwd_smem(d.K), s, a, "chunk_bwd");
   launch(k_reduce_qk<TIO>, dim3(unsigned(d.tokens), d.H), 128, 0, s, a, "reduce_qk");
 }

@@ -14,7 +14,9 @@
 ///   T = (I + A)^{−1}   w = T diag(β e^{γ}) K   u = T diag(β) V   δ = u − w S0   ("v_new")
 ///   o = s·diag(e^{γ}) Q S0 + (s·QKᵀ ⊙ M) δ,   M[t,s] = e^{γ_t−γ_s} (s ≤ t)
 ///   S_L = e^{γ_L} S0 + Kᵀ diag(e^{γ_L−γ}) δ
-/// Every exponent formed is γ_t − γ_s with s ≤ t, γ_t or γ_L − γ_t: all ≤ 0 when g ≤ 0.
+/// The decays e^{γ_t−γ_s} (s ≤ t) are formed as e^{g_{s+1}+…+g_t}, summed directly (never as a
+/// difference of cumulative sums, which cancels in fp32 and gives NaN after g = −∞); with e^{γ_t}
+/// every exponent formed is a sum of g's, ≤ 0 when g ≤ 0.
 /// Backward: recompute (γ, T, w, u, the state scan), then the reverse state scan
 ///   dδ = (s·QKᵀ ⊙ M)ᵀ dO + diag(e^{γ_L−γ}) K dS_L,   dS0 = s·Qᵀ diag(e^{γ}) dO + e^{γ_L} dS_L − wᵀ dδ,
 /// then per chunk dq, dk, dv, dβ, dγ (through o, S_L, w, u and T: dA = −Tᵀ dT Tᵀ on the strictly
