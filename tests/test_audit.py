@@ -1,6 +1,7 @@
 """`kverify audit`: a run killed with SIGKILL mid-audit and resumed gives the same journal as an
 uninterrupted run; shards merge to the same journal; unloadable rows are recorded as UNJUDGED."""
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -163,3 +164,29 @@ def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
         r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                             *extra], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_checks_are_spread_over_the_gpus_fewest_busy_first():
+    from kverify.audit import pick_gpu
+
+    assert pick_gpu(None, []) is None and pick_gpu(["0"], ["0"]) is None  # one GPU: nothing to choose
+    assert pick_gpu(["0", "1"], []) == "0"
+    assert pick_gpu(["0", "1"], ["0", None]) == "1"  # builds (None) do not count
+    assert pick_gpu(["2", "3"], ["2", "3", "3"]) == "2"
+
+
+def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
+    """_task sets CUDA_VISIBLE_DEVICES before anything starts CUDA (here: before the stage runs)."""
+    import kverify.audit as audit
+
+    seen = {}
+    def fake_check(*args):
+        seen["env"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return None, "CLEAN", "", 0.0
+
+    monkeypatch.setattr(audit, "_timed_check", fake_check)
+    monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), gpu="1")
+    assert seen["env"] == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -6,9 +6,12 @@ at any moment resumes where it stopped, losing only the kernels in flight.
 
 Pipeline (``jobs`` > 1 or ``compile_jobs`` > 0): every row is first precompiled
 (kverify.build.precompile), ``compile_jobs`` at once, ahead of and overlapped with the checks,
-``jobs`` at once, which find the candidate's extensions built in the content-addressed cache. Each
-stage of each row runs in its own process, so a process that dies is attributed to its row.
-Only this process writes the journal.
+``jobs`` at once, which find the candidate's extensions built in the content-addressed cache.
+Builds run at most ``2 * jobs`` rows ahead of the checks, so compilers do not take the CPU the
+checks need. On a machine with several GPUs (``gpus``), each check process gets one
+(``CUDA_VISIBLE_DEVICES``), the one with the fewest checks running. Each stage of each row runs in
+its own process, so a process that dies is attributed to its row. Only this process writes the
+journal.
 
 Classes: CLEAN / VIOLATION / BROKEN from the gates (kverify.report); COMPILE_ERROR when an
 extension of the candidate fails to build here (the row's reason holds the compiler's first error;
@@ -105,13 +108,15 @@ def _timed_check(*args) -> tuple:
 def run_audit(corpus: str, journal: str, shard: str | None = None, device: str | None = None, seed: int = 0,
               timeout: float = 120.0, limit: int | None = None, ids: list[str] | None = None,
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
-              load_timeout: float = 900.0) -> int:
+              load_timeout: float = 900.0, gpus: list[str] | None = None) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
         jobs: rows checked at once (each check runs its candidate in its own workers).
         compile_jobs: rows precompiled at once ahead of the checks; 0 = no separate compile step
             (each check builds its candidate when it first loads it).
+        gpus: CUDA device ids (as CUDA_VISIBLE_DEVICES names them) to spread the check processes
+            over; None or one id: every process sees the GPUs this process sees.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -157,16 +162,19 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
                 t = time.monotonic()
                 record(row, *check_row(corpus, row, opts), time.monotonic() - t)
         else:
-            _pipeline(corpus, todo, opts, jobs, compile_jobs, record)
+            _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus)
     j.close()
     Console().print(f"journal {journal}: {sum(counts.values())} kernels — {fmt()}", soft_wrap=True)
     return 0
 
 
-def _task(stage: str, corpus: str, row: dict, opts: dict, out: str) -> None:
-    """Body of one stage of one row in its own process: writes the result to ``out`` (JSON)."""
+def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None) -> None:
+    """Body of one stage of one row in its own process: writes the result to ``out`` (JSON).
+    ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts)."""
     from kverify._internal.lifeline import exit_with_parent
 
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
     with open(out + ".tmp", "w") as f:
@@ -183,7 +191,16 @@ def out_of_memory(report: dict | None, reason: str) -> bool:
     return any(k in text for k in _OOM)
 
 
-def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2) -> None:
+def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
+    """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running checks),
+    the first such in order; None when there is at most one GPU to choose from."""
+    if not gpus or len(gpus) < 2:
+        return None
+    return min(gpus, key=lambda g: busy.count(g))
+
+
+def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
+              gpus: list[str] | None = None) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
@@ -197,7 +214,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2)
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
                "alone": deque()}
     limit = {"build": compile_jobs, "check": jobs, "alone": 1}
-    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, build seconds)
+    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu)
     built: dict[str, float] = {}
     deaths: dict[tuple, int] = {}
     n = 0
@@ -209,15 +226,18 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2)
                 if stage != "alone" and any(r[1] == "alone" for r in running.values()):
                     continue
                 while waiting[stage] and sum(r[1] == stage for r in running.values()) < limit[stage]:
+                    if stage == "build" and len(waiting["check"]) + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
+                        break  # far enough ahead of the checks
                     row = waiting[stage].popleft()
                     n += 1
                     out = str(tmp / f"{n}.json")
                     kind = "check" if stage == "alone" else stage
-                    p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out), daemon=True)
+                    gpu = None if kind == "build" else pick_gpu(gpus, [r[4] for r in running.values()])
+                    p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu), daemon=True)
                     p.start()
-                    running[p.sentinel] = (p, stage, row, out)
+                    running[p.sentinel] = (p, stage, row, out, gpu)
             for sentinel in mp_wait(list(running), timeout=1.0):
-                p, stage, row, out = running.pop(sentinel)
+                p, stage, row, out, _ = running.pop(sentinel)
                 p.join()
                 try:
                     with open(out) as f:

@@ -7,6 +7,7 @@ candidate that exits or crashes while loading) — always a one-line message, ne
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -85,9 +86,17 @@ def cmd_audit(a) -> int:
     from kverify.audit import run_audit
     from kverify.check import resolve_device, resolve_gates
 
-    return run_audit(a.corpus, a.journal, shard=a.shard, device=resolve_device(a.device), seed=a.seed,
+    device = resolve_device(a.device)
+    gpus = None
+    if device == "cuda":
+        import torch
+
+        visible = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+        gpus = ([g for g in a.gpus.split(",") if g] if a.gpus
+                else visible or [str(i) for i in range(torch.cuda.device_count())])
+    return run_audit(a.corpus, a.journal, shard=a.shard, device=device, seed=a.seed,
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
-                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout)
+                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus)
 
 
 def cmd_merge(a) -> int:
@@ -137,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--jobs", type=int, default=1, help="rows checked at once (default 1)")
     au.add_argument("--compile-jobs", type=int, default=0,
                     help="rows precompiled at once, ahead of the checks (default 0: no separate compile step)")
+    au.add_argument("--gpus", default=None,
+                    help="comma-separated CUDA device ids to spread the checks over (default: every visible GPU)")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")
