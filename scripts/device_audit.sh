@@ -2,7 +2,8 @@
 # One device call: build kverify, optionally re-run `kverify controls --device cuda` (CONTROLS=1)
 # and the G05 evidence of one twin, then audit one shard of the corpus until AUDIT_S seconds
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
-# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT.
+# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT. On
+# nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 source "$(dirname "$0")/device_common.sh"
 install_kverify
 if [ "${CONTROLS:-0}" = 1 ]; then
@@ -18,7 +19,7 @@ J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
 [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
 left=$(( ${AUDIT_S:-300} ))
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-12}" > "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-6}" > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
