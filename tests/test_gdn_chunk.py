@@ -96,8 +96,36 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(ValueError, match="K = 256"):
         chunk_gated_delta_rule(torch.randn(1, 4, 1, 256), torch.randn(1, 4, 1, 256), torch.randn(1, 4, 1, 8),
                                torch.zeros(1, 4, 1), torch.zeros(1, 4, 1))
+    with pytest.raises(ValueError, match="integer offsets"):
+        chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=torch.tensor([0.0, 3.5, 8.0]))
+    with pytest.raises(ValueError, match="pass cu_seqlens too"):
+        chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens_cpu=torch.tensor([0, 3, 8]))
+    with pytest.raises(ValueError, match="must be >= 1"):
+        chunk_gated_delta_rule(torch.randn(1, 4, 0, 8), torch.randn(1, 4, 0, 8), torch.randn(1, 4, 2, 8),
+                               torch.zeros(1, 4, 2), torch.zeros(1, 4, 2))
+    with pytest.raises(ValueError, match="q must be float32, float16 or bfloat16"):
+        chunk_gated_delta_rule(x["q"].double(), x["k"], x["v"], x["g"], x["beta"])
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        chunk_gated_delta_rule(x["q"].tolist(), x["k"], x["v"], x["g"], x["beta"])
     with pytest.raises(NotImplementedError, match="use_beta_sigmoid_in_kernel"):
         chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], use_beta_sigmoid_in_kernel=True)
+
+
+def test_empty_sequence_passes_the_state_through():
+    h0 = torch.randn(1, 2, 8, 8, requires_grad=True)
+    o, ht = chunk_gated_delta_rule(torch.randn(1, 0, 1, 8), torch.randn(1, 0, 1, 8), torch.randn(1, 0, 2, 8),
+                                   torch.zeros(1, 0, 2), torch.zeros(1, 0, 2), initial_state=h0, output_final_state=True)
+    assert o.shape == (1, 0, 2, 8) and torch.equal(ht, h0)
+    ht.sum().backward()
+    assert torch.equal(h0.grad, torch.ones_like(h0))
+
+
+def test_host_copy_of_cu_seqlens_is_used_like_fla():
+    x, do, dht = make(1, 20, 1, 1, 8, 8, cu=[0, 7, 20])
+    a = chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=torch.tensor([0, 7, 20]))[0]
+    b = chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=torch.tensor([0, 7, 20]),
+                               cu_seqlens_cpu=torch.tensor([0, 7, 20]))[0]
+    assert torch.equal(a, b)
 
 
 def _sentinel_run(x, do, dht, device):

@@ -8,14 +8,17 @@ namespace kverify::gates {
 GateResult judge_g05(const json& m) {
   if (m.contains("not_applicable"))
     return make_result("G05", "shapes", false, Verdict::NotApplicable, m.at("not_applicable").get<std::string>());
-  int pass = 0, fail = 0, unsupported = 0, skipped = 0;
+  int pass = 0, fail = 0, unsupported = 0, skipped = 0, over_budget = 0;
   double worst = 0.0;
   const json* first_fail = nullptr;
   for (const auto& v : m.at("variants")) {
     const std::string verdict = v.at("verdict").get<std::string>();
     if (verdict == "PASS") ++pass;
     else if (verdict == "UNSUPPORTED") ++unsupported;
-    else if (verdict == "SKIPPED") ++skipped;
+    else if (verdict == "SKIPPED") {
+      ++skipped;
+      if (v.value("reason", "") == "over the memory budget") ++over_budget;
+    }
     else {
       ++fail;
       worst = std::max(worst, v.value("bound_ratio", 1e300));
@@ -36,8 +39,10 @@ GateResult judge_g05(const json& m) {
     return g;
   }
   return make_result("G05", "shapes", false, Verdict::Pass,
-                     format("%d variant(s) pass, %d unsupported (clear error), %d skipped (reference cannot run)", pass,
-                            unsupported, skipped), m);
+                     format("%d variant(s) pass, %d unsupported (clear error), %d skipped (%d the reference cannot run, "
+                            "%d over the memory budget)",
+                            pass, unsupported, skipped, skipped - over_budget, over_budget),
+                     m);
 }
 
 }  // namespace kverify::gates

@@ -12,6 +12,9 @@ from __future__ import annotations
 import torch
 
 from kverify import _core
+from kverify.gdn.oracle import _cu
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 _UNSUPPORTED = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first", "cp_context",
                 "use_gate_in_kernel")
@@ -95,10 +98,14 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     Args (fla's names and shapes): q, k [B,T,H,K]; v [B,T,HV,V]; g, beta [B,T,HV]; scale
     (default K**-0.5); initial_state [N,HV,K,V]; output_final_state; use_qk_l2norm_in_kernel
     (q, k ← x / sqrt(xᵀx + 1e-6), by torch ops before the kernels); cu_seqlens [N+1] int (B must
-    be 1; its values are read on the host).
-    Returns (o [B,T,HV,V] in q's dtype, final_state [N,HV,K,V] float32 or None).
-    Raises ValueError for inconsistent shapes, dtypes, devices or cu_seqlens; NotImplementedError
-    for fla options this op does not have (``use_beta_sigmoid_in_kernel``, ...).
+    be 1; its values are read on the host, from ``cu_seqlens_cpu`` when given, as fla does).
+    g must be ≤ 0 (a log decay); it is not checked (that would synchronise the GPU): with g > 0 the
+    state grows as e^{Σg} and overflows float32 into NaN/Inf.
+    Returns (o [B,T,HV,V] in q's dtype, final_state [N,HV,K,V] float32 or None). T = 0 gives an
+    empty o and final_state = initial_state (or zeros).
+    Raises ValueError for inconsistent shapes, dtypes, devices or cu_seqlens; TypeError for a
+    non-tensor input or an unknown argument; NotImplementedError for fla options this op does not
+    have (``use_beta_sigmoid_in_kernel``, ...).
     """
     for name in _UNSUPPORTED:
         if kwargs.get(name):
@@ -106,11 +113,22 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     for name in kwargs:
         if name not in _UNSUPPORTED + ("cu_seqlens_cpu", "chunk_indices"):
             raise TypeError(f"kverify.gdn.chunk_gated_delta_rule: unexpected argument {name!r}")
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state)):
+        if x is None and name == "initial_state":
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
+        if x.device.type not in ("cpu", "cuda") or x.device != q.device:
+            raise ValueError(f"{name} is on {x.device}: every tensor must be on q's device, a CPU or CUDA one")
     if q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:2] != q.shape[:2]:
         raise ValueError(f"q, k must be [B,T,H,K] and v [B,T,HV,V] with q's B, T; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
+    if min(H, K, HV, V) < 1:
+        raise ValueError(f"H, K (q [B,T,H,K]) and HV, V (v [B,T,HV,V]) must be >= 1, got H={H}, K={K}, HV={HV}, V={V}")
     for name, x in (("g", g), ("beta", beta)):
         if tuple(x.shape) != (B, T, HV):
             raise ValueError(f"{name} must be [B,T,HV] = {(B, T, HV)}, got {tuple(x.shape)}")
@@ -118,11 +136,17 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         raise ValueError(f"HV = {HV} must be a multiple of H = {H}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    host_cu = kwargs.get("cu_seqlens_cpu")
+    if host_cu is not None and cu_seqlens is None:
+        raise ValueError("cu_seqlens_cpu is the host copy of cu_seqlens: pass cu_seqlens too")
     if cu_seqlens is not None:
         if B != 1:
             raise ValueError(f"cu_seqlens needs B = 1 (sequences packed along T), got B = {B}")
-        cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
-        if not cu or cu[0] != 0 or cu[-1] != T or any(b < a for a, b in zip(cu, cu[1:])):
+        try:
+            cu = _cu(cu_seqlens if host_cu is None else host_cu)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"cu_seqlens must be a 1-D sequence of integer offsets: {e}") from None
+        if len(cu) < 2 or cu[0] != 0 or cu[-1] != T or any(b < a for a, b in zip(cu, cu[1:])):
             raise ValueError(f"cu_seqlens must rise from 0 to T = {T}, got {cu}")
     else:
         cu = [b * T for b in range(B + 1)]
@@ -131,6 +155,10 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         raise ValueError(f"initial_state must be [N,HV,K,V] = {(N, HV, K, V)}, got {tuple(initial_state.shape)}")
     if scale is None:
         scale = K ** -0.5
+    if B * T == 0:  # nothing to compute: the state passes through
+        ht = (initial_state.float().clone() if initial_state is not None
+              else q.new_zeros(N, HV, K, V, dtype=torch.float32)) if output_final_state else None
+        return v.new_empty(B, T, HV, V).to(q.dtype), ht
     if use_qk_l2norm_in_kernel:
         q, k = _l2norm(q), _l2norm(k)
     h0 = None if initial_state is None else initial_state.float().contiguous()
