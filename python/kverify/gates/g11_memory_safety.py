@@ -8,7 +8,8 @@ child process with its own timeout (the four at once; failed CUDA API calls not 
 no error for the candidate's call at a small shape.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
 Catches: out-of-bounds reads past the last tile, writes past the end of an output or input,
-missing __syncthreads (racecheck), shared memory read before written (initcheck).
+missing __syncthreads (racecheck), reads of never-written global memory (initcheck; it does not track
+shared memory: a shared-memory read before any write has no sanitizer and is left to G04 and G02).
 Controls: controls/g11_*.
 """
 from __future__ import annotations
