@@ -38,7 +38,7 @@ void validate(const Args& a, bool backward) {
   KV_CHECK(d.K >= 1 && d.K <= kMaxK, "K = %d: the chunked kernels support 1 <= K <= %d", d.K, kMaxK);
   KV_CHECK(d.V >= 1, "V = %d must be >= 1", d.V);
   KV_CHECK(d.H >= 1 && d.HV >= d.H && d.HV % d.H == 0, "HV = %d must be a multiple of H = %d", d.HV, d.H);
-  KV_CHECK(d.N >= 1 && d.tokens >= 0 && d.NT >= 0, "N = %d sequences, %lld tokens, %lld chunks", d.N,
+  KV_CHECK(d.N >= 1 && d.tokens >= 0 && d.NT >= 0, "need at least one sequence and no negative sizes; got N = %d sequences, %lld tokens, %lld chunks", d.N,
            (long long)d.tokens, (long long)d.NT);
   KV_CHECK(a.cu && a.seq_chunk0 && (a.chunks || d.NT == 0), "cu_seqlens and the chunk tables are required%s", "");
   KV_CHECK(a.q.p && a.k.p && a.v.p && a.g.p && a.beta.p, "q, k, v, g and beta are required%s", "");
