@@ -262,7 +262,9 @@ class Oracle:
         self._models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
         self.container = "tensor"  #: how the reference returns its outputs (see container())
 
-    def _pair(self, binding: dict | None):
+    def models(self, binding: dict | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """(the reference model at the problem's dtype, its float64 copy) at ``binding`` (None: the
+        problem's own shape), built once per binding from the seeded weights and cached."""
         key = repr(sorted((binding or {}).items()))
         if key not in self._models:
             self.problem.bind(binding)
@@ -273,7 +275,7 @@ class Oracle:
     @torch.no_grad()
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
-        ref, ora = self._pair(binding)
+        ref, ora = self.models(binding)
         self.problem.bind(binding)
         raw = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         self.container = container(raw)

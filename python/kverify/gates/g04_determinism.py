@@ -28,7 +28,7 @@ def plan(ctx: Context) -> list[dict]:
 
 @torch.no_grad()
 def _reference_deterministic(ctx: Context, job: dict) -> bool:
-    ref, _ = ctx.oracle._pair(job.get("binding"))
+    ref, _ = ctx.oracle.models(job.get("binding"))
     x = ctx.inputs_of(job)
     digests = set()
     for _ in range(3):

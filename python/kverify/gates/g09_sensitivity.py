@@ -27,7 +27,7 @@ def applies(ctx: Context) -> str | None:
 
 
 def _shared_tensors(ctx: Context) -> list[str]:
-    ref, _ = ctx.oracle._pair(None)
+    ref, _ = ctx.oracle.models(None)
     names = [n for n, t in list(ref.named_parameters()) + list(ref.named_buffers()) if t.is_floating_point()]
     return names
 
@@ -41,7 +41,7 @@ def plan(ctx: Context) -> list[dict]:
 @torch.no_grad()
 def _reference_outputs(ctx: Context, job: dict) -> dict:
     """The low-precision reference under the same perturbations, in the parent."""
-    ref, _ = ctx.oracle._pair(None)
+    ref, _ = ctx.oracle.models(None)
     ctx.problem.bind(None)
     base = ctx.inputs_of(job)
     alt = ctx.inputs_of(job, "alt_seed")
