@@ -165,6 +165,28 @@ KV_BODY void build_T(const X& x, const Args& a, int64_t t0, int L, int h, const 
   }
 }
 
+/// Columns [0, nv) of a row-major [K, V] float32 state `src` (already offset to the tile's first
+/// column) into `tile` (row stride kTileV); zeros when src is null.
+template <class X>
+KV_BODY void load_tile(const X& x, int K, int nv, int V, const float* src, float* tile) {
+  for (int i = x.tid; i < K * nv; i += x.nth) {
+    const int e = i / nv, j = i % nv;
+    tile[e * kTileV + j] = src ? src[int64_t(e) * V + j] : 0.f;
+  }
+}
+
+/// The inverse of load_tile: `tile` into columns [0, nv) of the [K, V] state at dst.
+template <class X>
+KV_BODY void store_tile(const X& x, int K, int nv, int V, const float* tile, float* dst) {
+  for (int i = x.tid; i < K * nv; i += x.nth) {
+    const int e = i / nv, j = i % nv;
+    dst[int64_t(e) * V + j] = tile[e * kTileV + j];
+  }
+}
+
+/// Offset of the state (n, hv) of an [N, HV, K, V] array, plus column v0.
+KV_HD int64_t state_at(const Dims& d, int64_t n, int hv, int v0) { return (n * d.HV + hv) * int64_t(d.K) * d.V + v0; }
+
 // ---- forward ------------------------------------------------------------------------------
 /// prep (chunk c, value head hv): γ → gcum, w = T diag(β e^γ) K → ws.w, u = T diag(β) V → ws.u.
 template <class X, class TIO, class TG>
@@ -200,20 +222,14 @@ KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* 
   const int K = d.K, V = d.V, h = hv / (d.HV / d.H), v0 = vt * kTileV;
   const int nv = V - v0 < kTileV ? V - v0 : kTileV;
   float *S = sm, *D = S + K * kTileV, *gam = D + C * kTileV, *Dec = gam + C;
-  for (int i = x.tid; i < K * nv; i += x.nth) {
-    const int e = i / nv, j = i % nv;
-    S[e * kTileV + j] = a.h0 ? a.h0[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] : 0.f;
-  }
+  load_tile(x, K, nv, V, a.h0 ? a.h0 + state_at(d, n, hv, v0) : nullptr, S);
   x.sync();
   for (int64_t c = a.seq_chunk0[n]; c < a.seq_chunk0[n + 1]; ++c) {
     const int64_t t0 = a.chunks[2 * c];
     const int L = int(a.chunks[2 * c + 1]);
     for (int t = x.tid; t < L; t += x.nth) gam[t] = ws.gcum[(t0 + t) * d.HV + hv];
     build_decay<X, TG>(x, a, t0, L, hv, Dec);
-    for (int i = x.tid; i < K * nv; i += x.nth) {
-      const int e = i / nv, j = i % nv;
-      ws.h[((c * d.HV + hv) * K + e) * V + v0 + j] = S[e * kTileV + j];
-    }
+    store_tile(x, K, nv, V, S, ws.h + state_at(d, c, hv, v0));
     for (int i = x.tid; i < L * nv; i += x.nth) {
       const int t = i / nv, j = i % nv;
       const int64_t row = (t0 + t) * d.HV + hv;
@@ -232,11 +248,7 @@ KV_BODY void state_fwd(const X& x, const Args& a, int n, int hv, int vt, float* 
     }
     x.sync();
   }
-  if (a.ht)
-    for (int i = x.tid; i < K * nv; i += x.nth) {
-      const int e = i / nv, j = i % nv;
-      a.ht[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] = S[e * kTileV + j];
-    }
+  if (a.ht) store_tile(x, K, nv, V, S, a.ht + state_at(d, n, hv, v0));
 }
 
 /// P[t,s] = s·Dec[t,s] q_t·k_s for s ≤ t < L, 0 elsewhere (Dec built).
@@ -287,20 +299,14 @@ KV_BODY void state_bwd(const X& x, const Args& a, int n, int hv, int vt, float* 
   const int K = d.K, V = d.V, h = hv / (d.HV / d.H), v0 = vt * kTileV;
   const int nv = V - v0 < kTileV ? V - v0 : kTileV;
   float *dS = sm, *DD = dS + K * kTileV, *P = DD + C * kTileV, *Dec = P + C * C, *gam = Dec + C * C;
-  for (int i = x.tid; i < K * nv; i += x.nth) {
-    const int e = i / nv, j = i % nv;
-    dS[e * kTileV + j] = a.dht ? a.dht[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] : 0.f;
-  }
+  load_tile(x, K, nv, V, a.dht ? a.dht + state_at(d, n, hv, v0) : nullptr, dS);
   x.sync();
   for (int64_t c = a.seq_chunk0[n + 1] - 1; c >= a.seq_chunk0[n]; --c) {
     const int64_t t0 = a.chunks[2 * c];
     const int L = int(a.chunks[2 * c + 1]);
     for (int t = x.tid; t < L; t += x.nth) gam[t] = ws.gcum[(t0 + t) * d.HV + hv];
     build_decay<X, TG>(x, a, t0, L, hv, Dec);
-    for (int i = x.tid; i < K * nv; i += x.nth) {
-      const int e = i / nv, j = i % nv;
-      ws.dh[((c * d.HV + hv) * K + e) * V + v0 + j] = dS[e * kTileV + j];
-    }
+    store_tile(x, K, nv, V, dS, ws.dh + state_at(d, c, hv, v0));
     x.sync();
     build_P<X, TIO>(x, a, t0, L, h, Dec, P);
     x.sync();
@@ -326,11 +332,7 @@ KV_BODY void state_bwd(const X& x, const Args& a, int n, int hv, int vt, float* 
     }
     x.sync();
   }
-  if (a.dh0)
-    for (int i = x.tid; i < K * nv; i += x.nth) {
-      const int e = i / nv, j = i % nv;
-      a.dh0[((int64_t(n) * d.HV + hv) * K + e) * V + v0 + j] = dS[e * kTileV + j];
-    }
+  if (a.dh0) store_tile(x, K, nv, V, dS, a.dh0 + state_at(d, n, hv, v0));
 }
 
 /// chunk_bwd (chunk c, value head hv): dq, dk of this value head → ws.dqh, ws.dkh; dv, dβ, dg.
