@@ -5,15 +5,24 @@ For each configuration, the same inputs (q, k, v, do in --dtype; g float32 log d
 chunk_gated_delta_rule (when importable; its Triton<3.7.1-on-Hopper guard bypassed, see --no-bypass)
 and, upcast, to the fp64 oracle. Printed per configuration and tensor: relative L2 error
 ‖x − x_oracle‖ / ‖x_oracle‖ of ours and of fla, and whether ours is bitwise identical over two
-runs. Results also go to --json.
+runs. Results also go to --json (rewritten after each configuration, and after ours before fla
+runs, so a run killed by a timeout keeps what it measured).
 
-    python bench/gdn_accuracy.py --json out/gdn_accuracy.json [--quick]
+fla compiles and autotunes its Triton kernels on first use of each shape, one process at a time:
+`--jobs N` runs the configurations in N child processes (this script with --only) and merges
+them; `--timeout S` then bounds the whole sweep, and a configuration still running is reported
+as not finished with what it had measured.
+
+    python bench/gdn_accuracy.py --json out/gdn_accuracy.json [--quick] [--jobs 9 --timeout 300]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -81,6 +90,82 @@ def fla_op(bypass: bool):
     return fla
 
 
+def summary(results: list[dict]) -> str:
+    worse = [r for r in results if r["ours_le_fla"] is False]
+    compared = sum(r["ours_le_fla"] is not None for r in results)
+    return (f"tensors: {len(results)}; compared with fla: {compared}; ours worse than fla: {len(worse)} "
+            f"{[(r['config'], r['tensor']) for r in worse]}; not bitwise reproducible: "
+            f"{sum(not r['bitwise_repeat'] for r in results)}")
+
+
+def row_text(r: dict) -> str:
+    e_fla, ok = r["fla"], r["ours_le_fla"]
+    return (f"{r['config']:24s} {r['tensor']:6s} {r['ours']:9.2e} {'' if e_fla is None else f'{e_fla:9.2e}':>9s}  "
+            f"{'' if ok is None else ok!s:9s}  {r['bitwise_repeat']}")
+
+
+def dump(path: str | None, a, results: list[dict], **extra) -> None:
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(dtype=a.dtype, device=a.device, rows=results, **extra), f, indent=1)
+        os.replace(tmp, path)
+
+
+def parallel(a, argv: list[str]) -> int:
+    """Run each selected configuration in its own child process (a.jobs at a time), merge."""
+    names = [c["name"] for c in configs(a.quick) if not a.only or c["name"] in a.only.split(",")]
+    passthrough = [x for x in argv if x not in ("--quick",)]
+    drop = {"--jobs", "--timeout", "--json", "--only"}
+    kept, skip = [], False
+    for x in passthrough:  # the child gets the same options minus the ones the parent owns
+        if skip:
+            skip = False
+        elif x in drop:
+            skip = True
+        elif x.split("=")[0] not in drop:
+            kept.append(x)
+    deadline = time.time() + a.timeout if a.timeout else None
+    tmpdir = tempfile.mkdtemp(prefix="gdn_acc_")
+    pending, running, done, unfinished = list(names), {}, {}, []
+    while pending or running:
+        while pending and len(running) < a.jobs:
+            n = pending.pop(0)
+            js, log = os.path.join(tmpdir, n + ".json"), open(os.path.join(tmpdir, n + ".txt"), "w")
+            running[n] = (subprocess.Popen([sys.executable, __file__, "--only", n, "--json", js, *kept],
+                                           stdout=log, stderr=subprocess.STDOUT), js, log)
+        time.sleep(0.5)
+        for n, (proc, js, log) in list(running.items()):
+            late = deadline is not None and time.time() > deadline
+            if proc.poll() is None and not late:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                unfinished.append(n)
+            log.close()
+            del running[n]
+            done[n] = json.load(open(js))["rows"] if os.path.exists(js) else []
+        if deadline is not None and time.time() > deadline:
+            unfinished += pending
+            pending = []
+    print(f"{'config':24s} {'tensor':6s} {'ours':>9s} {'fla':>9s}  ours<=fla  bitwise-repeat")
+    results = [r for n in names for r in done.get(n, [])]
+    for n in names:
+        for r in done.get(n, []):
+            print(row_text(r))
+        log = open(os.path.join(tmpdir, n + ".txt")).read()
+        for line in log.splitlines():
+            if "failed on" in line or "Error" in line:
+                print("  " + line.strip()[:200])
+        if n in unfinished:
+            print(f"  {n}: not finished within --timeout {a.timeout:g} s "
+                  f"({'fla missing' if done.get(n) else 'nothing measured'})")
+    print(summary(results) + (f"; configurations not finished: {unfinished}" if unfinished else ""))
+    dump(a.json, a, results, unfinished=unfinished)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -90,7 +175,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--no-bypass", action="store_true", help="keep fla's Triton version guard")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--jobs", type=int, default=1, help="configurations run at once, each in its own process")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds for the whole sweep (with --jobs)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = ap.parse_args(argv)
+    if a.jobs > 1:
+        return parallel(a, argv)
     dtype = getattr(torch, a.dtype)
     fla = None if a.no_fla or a.device != "cuda" else fla_op(not a.no_bypass)
     if fla is None:
@@ -109,6 +199,9 @@ def main(argv=None) -> int:
                              initial_state=x["h0"], use_qk_l2norm_in_kernel=c["l2"], cu_seqlens=c["cu"])
         ref = {"o": ro, "ht": rht, **rg}
         ours, again = run(chunk_gated_delta_rule, x, do, dht, c, a.device), run(chunk_gated_delta_rule, x, do, dht, c, a.device)
+        dump(a.json, a, results + [dict(config=c["name"], tensor=n, ours=rel(ours[n], ref[n]), fla=None,
+                                        ours_le_fla=None, bitwise_repeat=bool(torch.equal(ours[n], again[n])))
+                                   for n in TENSORS if n in ours])
         theirs = None
         if fla is not None:
             try:
@@ -123,17 +216,11 @@ def main(argv=None) -> int:
             same = bool(torch.equal(ours[n], again[n]))
             ok = None if e_fla is None else e_ours <= e_fla
             results.append(dict(config=c["name"], tensor=n, ours=e_ours, fla=e_fla, ours_le_fla=ok, bitwise_repeat=same))
-            print(f"{c['name']:24s} {n:6s} {e_ours:9.2e} {'' if e_fla is None else f'{e_fla:9.2e}':>9s}  "
-                  f"{'' if ok is None else ok!s:9s}  {same}", flush=True)
+            print(row_text(results[-1]), flush=True)
+        dump(a.json, a, results)
         print(f"  ({time.time() - t0:.1f} s)", flush=True)
-    worse = [r for r in results if r["ours_le_fla"] is False]
-    compared = sum(r["ours_le_fla"] is not None for r in results)
-    print(f"tensors: {len(results)}; compared with fla: {compared}; ours worse than fla: {len(worse)} "
-          f"{[(r['config'], r['tensor']) for r in worse]}; not bitwise reproducible: "
-          f"{sum(not r['bitwise_repeat'] for r in results)}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(dtype=a.dtype, device=a.device, rows=results), f, indent=1)
+    print(summary(results))
+    dump(a.json, a, results)
     return 0
 
 

@@ -27,6 +27,7 @@ json to_json(const compare::CompareStats& s) {
               {"nan_mismatch", s.nan_mismatch}, {"posinf_mismatch", s.posinf_mismatch},
               {"neginf_mismatch", s.neginf_mismatch}, {"first_nan", s.first_nan},
               {"first_posinf", s.first_posinf}, {"first_neginf", s.first_neginf},
+              {"nan_as_inf", s.nan_as_inf}, {"first_nan_as_inf", s.first_nan_as_inf},
               {"oracle_nonfinite", s.oracle_nonfinite}, {"candidate_nonfinite", s.candidate_nonfinite},
               {"max_abs_err", number(s.max_abs_err)}, {"max_abs_idx", s.max_abs_idx},
               {"max_rel_err", number(s.max_rel_err)}, {"max_rel_idx", s.max_rel_idx},
@@ -45,6 +46,8 @@ compare::CompareStats stats_from_json(const json& j) {
   s.first_nan = j.at("first_nan").get<int64_t>();
   s.first_posinf = j.at("first_posinf").get<int64_t>();
   s.first_neginf = j.at("first_neginf").get<int64_t>();
+  s.nan_as_inf = j.value("nan_as_inf", int64_t{0});  // absent in journals written before it existed
+  s.first_nan_as_inf = j.value("first_nan_as_inf", compare::kNoIndex);
   s.oracle_nonfinite = j.at("oracle_nonfinite").get<int64_t>();
   s.candidate_nonfinite = j.at("candidate_nonfinite").get<int64_t>();
   s.max_abs_err = number_from(j.at("max_abs_err"));

@@ -43,6 +43,16 @@ TEST(Compare, NonFiniteKindsAndFirstIndex) {
   EXPECT_EQ(s.candidate_nonfinite, 5);
 }
 
+TEST(Compare, OracleNanMetAsInfIsCountedApart) {
+  const float nan = NAN, inf = INFINITY;
+  //            0    1     2    3    4
+  auto s = cmp({inf, -inf, nan, 1, inf}, {NAN, NAN, INFINITY, NAN, NAN});
+  EXPECT_EQ(s.nan_as_inf, 3);  // 0, 1, 4 (not 2: oracle +Inf, candidate NaN; not 3: finite)
+  EXPECT_EQ(s.first_nan_as_inf, 0);
+  EXPECT_EQ(s.nan_mismatch, 5);
+  EXPECT_EQ(s.posinf_mismatch + s.neginf_mismatch, 4);
+}
+
 TEST(Compare, ErrorsAndBound) {
   auto s = cmp({1.0f, 2.5f, -4.0f, 0.0f}, {1.0, 2.0, -4.5, 0.0}, Bound{0.1, 0.1});
   EXPECT_DOUBLE_EQ(s.max_abs_err, 0.5);

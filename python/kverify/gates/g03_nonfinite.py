@@ -3,7 +3,10 @@
 Contract: with NaN, +Inf or -Inf injected into the float inputs (each kind alone, then mixed),
 the positions of NaN, +Inf and -Inf in every output equal the fp64 oracle's exactly, and finite
 oracle values stay finite. Runs where the low-precision reference itself disagrees with the
-oracle are skipped as ambiguous (reported).
+oracle are skipped as ambiguous (reported). In runs that inject ±Inf, ±Inf where the oracle is
+NaN is accepted as an indeterminate form of the oracle's own evaluation order (counted; see
+core/src/gates/g03_nonfinite.cpp: an algebraically restructured kernel, such as a chunked scan,
+can return the exact limit where the literal-order oracle meets ∞ − ∞).
 Catches: NaN swallowed by fmaxf/fminf (ReLU as fmaxf(x, 0)), max-reductions that skip NaN,
 softmax without NaN propagation, `nan_to_num` in the kernel, Inf clamped to FLT_MAX.
 Source of the exploit class: llm.c dev/cuda validators skip non-finite references.
@@ -56,5 +59,5 @@ def judge(ctx: Context, results: dict) -> dict:
             first = min([x for x in (cs["first_nan"], cs["first_posinf"], cs["first_neginf"]) if x >= 0], default=-1)
             outs.append({"index": i, "candidate": cs, "reference": engine.compare(r, o),
                          "values": values(first, cand, o, r)})
-        runs.append({"label": label, "seed": job["seed"], "outputs": outs})
+        runs.append({"label": label, "injected": list(kinds), "seed": job["seed"], "outputs": outs})
     return engine.judge(GATE, {"runs": runs})

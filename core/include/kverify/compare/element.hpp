@@ -98,6 +98,7 @@ KV_HD void step_nonfinite(Running& r, uint64_t cb, uint64_t ob, int64_t i) {
   if ((cc == 1) != (oc == 1)) { s.nan_mismatch += 1; if (s.first_nan == kNoIndex) s.first_nan = i; }
   if ((cc == 2) != (oc == 2)) { s.posinf_mismatch += 1; if (s.first_posinf == kNoIndex) s.first_posinf = i; }
   if ((cc == 3) != (oc == 3)) { s.neginf_mismatch += 1; if (s.first_neginf == kNoIndex) s.first_neginf = i; }
+  if (oc == 1 && cc >= 2) { s.nan_as_inf += 1; if (s.first_nan_as_inf == kNoIndex) s.first_nan_as_inf = i; }
   r.s.n_past_bound += 1;
   if (r.s.first_past_bound == kNoIndex) r.s.first_past_bound = i;
 }

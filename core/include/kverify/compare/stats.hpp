@@ -25,6 +25,11 @@ struct CompareStats {
   int64_t posinf_mismatch = 0;  ///< +Inf in exactly one
   int64_t neginf_mismatch = 0;  ///< -Inf in exactly one
   int64_t first_nan = kNoIndex, first_posinf = kNoIndex, first_neginf = kNoIndex;
+  /// Positions where the oracle is NaN and the candidate ±Inf (each is also counted once in
+  /// nan_mismatch and once in posinf_/neginf_mismatch). G03 uses it to tell an indeterminate form
+  /// of the oracle's own evaluation order from a lost or invented non-finite value.
+  int64_t nan_as_inf = 0;
+  int64_t first_nan_as_inf = kNoIndex;
   int64_t oracle_nonfinite = 0;     ///< oracle elements that are NaN or ±Inf
   int64_t candidate_nonfinite = 0;  ///< candidate elements that are NaN or ±Inf
   // Errors over elements finite in both.
@@ -74,6 +79,8 @@ KV_HD void merge(CompareStats& a, const CompareStats& b) {
   a.first_nan = min_index(a.first_nan, b.first_nan);
   a.first_posinf = min_index(a.first_posinf, b.first_posinf);
   a.first_neginf = min_index(a.first_neginf, b.first_neginf);
+  a.nan_as_inf += b.nan_as_inf;
+  a.first_nan_as_inf = min_index(a.first_nan_as_inf, b.first_nan_as_inf);
   a.oracle_nonfinite += b.oracle_nonfinite;
   a.candidate_nonfinite += b.candidate_nonfinite;
   merge_max(a.max_abs_err, a.max_abs_idx, b.max_abs_err, b.max_abs_idx);
