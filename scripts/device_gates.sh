@@ -33,7 +33,7 @@ PY
   (cd "$OUT" && tar czf g11_probe.tgz g11_* && rm -f g11_probe_*.txt g11_defect.* g11_twin.*)
 fi
 if [ "${TIME_ROWS:-0}" -gt 0 ]; then
-  timeout "${TIME_S:-300}" python3 bench/check_time.py --corpus .corpus/level1_sel.jsonl --limit "$TIME_ROWS" --device cuda 2>&1 | tee "$OUT/check_time.txt"
+  timeout "${TIME_S:-300}" python3 bench/check_time.py --corpus .corpus/level1_sel.jsonl --limit "$TIME_ROWS" --device cuda --serial-baseline 2>&1 | tee "$OUT/check_time.txt"
 fi
 (cd /tmp && find . -path './kverify-*' -name '*.log' -size -2M | tar czf "$OUT/worker_logs.tgz" -T -) 2>/dev/null
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -2,13 +2,19 @@
 
 Flow: load the problem (parent) -> input specs at the problem's own shape -> each gate plans
 jobs -> the candidate's process runs all jobs (kverify.sandbox) -> each gate judges its
-measurements against the fp64 oracle computed here -> the standard test runs in its own process.
+measurements against the fp64 oracle computed here. Work that needs no other gate's result runs
+beside the main worker, each in its own process started from a thread: the standard test and
+the background part of gates that have a `start(ctx)` hook (G11's four sanitizer runs), so a
+check takes about as long as its longest part rather than their sum. KVERIFY_SERIAL_CHECK=1
+runs them one after another instead (the baseline of bench/check_time.py; also for debugging).
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -113,7 +119,33 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
     ctx.sandbox = sandbox
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kverify-check")
+    try:
+        return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path)
+    finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
+        sandbox.cancel()
+        pool.shutdown(wait=True)
+        sandbox.cleanup()
 
+
+def _standard(sandbox: Sandbox, tolerance: float) -> dict:
+    """The standard test in its own worker: {"verdict", "summary", "tolerance", "trials", "seconds"}."""
+    t = time.monotonic()
+    std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    job = {"kind": "standard", "id": "standard", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    o = sandbox.run([job], tag="standard")[0]
+    if o.status == "ok" and "error" not in o.result:
+        std.update(verdict=o.result["verdict"], summary=o.result["summary"])
+    elif o.status == "ok":
+        std.update(verdict="ERROR", summary=o.result["error"].strip().splitlines()[-1])
+    else:
+        std.update(verdict="CRASH" if o.status == "crash" else "TIMEOUT", summary=o.detail[:300])
+    std["seconds"] = round(time.monotonic() - t, 3)
+    return std
+
+
+def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: list[str], standard: bool,
+         tolerance: float, t0: float, reference_path: str, candidate_path: str) -> dict:
     plans: dict[str, list[dict]] = {}
     results: dict[str, dict] = {}
     for g in gate_ids:
@@ -127,6 +159,26 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
             results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
                                  {"traceback": traceback.format_exc()[-2000:]})
+    serial = os.environ.get("KVERIFY_SERIAL_CHECK") == "1"
+    std_future = pool.submit(_standard, sandbox, tolerance) if standard and not serial else None
+    bg_seconds: dict[str, float] = {}  # seconds each gate's background work ran
+
+    def timed(g: str, fn):
+        def run():
+            t = time.monotonic()
+            try:
+                return fn()
+            finally:
+                bg_seconds[g] = round(time.monotonic() - t, 3)
+        return run
+
+    for g in ([] if serial else plans):  # background work of gates (built here, run beside the main worker)
+        start = getattr(GATES[g], "start", None)
+        if start is not None:
+            try:
+                ctx.background[g] = pool.submit(timed(g, start(ctx)))
+            except Exception:  # noqa: BLE001 — the gate's judge runs start() again and reports it
+                pass
     jobs = [j for g in plans for j in plans[g]]
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
     t_run = time.monotonic()
@@ -136,30 +188,23 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         t_judge = time.monotonic()
         try:
             _judge_gate(ctx, g, plan, outcomes, results)
-        finally:  # the gate's calls in the worker + its judging here (sanitizer runs, shrinking)
+        finally:  # the gate's calls in the worker + its judging here (shrinking; waiting on background work)
             gate_seconds[g] = round(sum(outcomes[j["id"]].seconds for j in plan) + time.monotonic() - t_judge, 3)
 
     std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
-    t_std = time.monotonic()
-    if standard:
-        job = {"kind": "standard", "id": "standard", "tolerance": tolerance, "trials": STANDARD_TRIALS}
-        o = sandbox.run([job], tag="standard")[0]
-        if o.status == "ok" and "error" not in o.result:
-            std.update(verdict=o.result["verdict"], summary=o.result["summary"])
-        elif o.status == "ok":
-            std.update(verdict="ERROR", summary=o.result["error"].strip().splitlines()[-1])
-        else:
-            std.update(verdict="CRASH" if o.status == "crash" else "TIMEOUT", summary=o.detail[:300])
-
-    sandbox.cleanup()
-    report = {"reference": reference_path, "candidate": candidate_path, "device": device, "seed": seed,
+    if std_future is not None:
+        std = std_future.result()
+    elif standard:
+        std = _standard(sandbox, tolerance)
+    std_seconds = std.pop("seconds", 0.0)
+    report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
               "gates": [results[g] for g in gate_ids], "standard": std,
-              "meta": {"free_dimensions": problem.dims, "torch": torch.__version__,
-                       "inputs": [s.to_json() for s in specs],
+              "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__,
+                       "inputs": [s.to_json() for s in ctx.specs],
                        "seconds": {"candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
                                    "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
                                    "loads": sandbox.load_seconds, "gates": gate_seconds,
-                                   "standard": round(time.monotonic() - t_std, 3)}}}
+                                   "standard": std_seconds, "background": bg_seconds}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,9 @@ class Sandbox:
         (self.workdir / "candidate.py").write_text(self.candidate_source)
         self._launches = 0
         self.load_seconds: list[float] = []  #: time from each worker launch to "loaded" (import + compile)
+        self._live: set = set()  # running workers (run() may be called from several threads)
+        self._lock = threading.Lock()
+        self._cancelled = False
 
     def _env(self) -> dict:
         env = dict(os.environ)
@@ -81,6 +85,15 @@ class Sandbox:
         if self.device == "cpu":
             env.update(CPU_MALLOC_ENV)
         return env
+
+    def cancel(self) -> None:
+        """Kill every running worker and refuse new launches (run() then raises Cancelled);
+        check() calls it on its way out so no background worker outlives the check."""
+        with self._lock:
+            self._cancelled = True
+            live = list(self._live)
+        for proc in live:
+            self._kill(proc)
 
     def cleanup(self) -> None:
         """Remove the work folder (kept when KVERIFY_KEEP=1, for debugging)."""
@@ -112,13 +125,18 @@ class Sandbox:
                 "jobs": jobs, "start": start}
         (jobdir / "spec.json").write_text(json.dumps(spec))
         (jobdir / "load_error.json").unlink(missing_ok=True)
-        self._launches += 1
-        log_path = jobdir / f"worker_{self._launches}.log"
         rfd, wfd = os.pipe()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
+        with self._lock:
+            if self._cancelled:
+                os.close(rfd), os.close(wfd)
+                raise Cancelled("the check was stopped")
+            self._launches += 1
+            log_path = jobdir / f"worker_{self._launches}.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
+            self._live.add(proc)
         os.close(wfd)
         reader = _Lines(rfd)
         t0 = time.monotonic()
@@ -151,6 +169,8 @@ class Sandbox:
             reader.close()
             if proc.poll() is None:
                 self._kill(proc)
+            with self._lock:
+                self._live.discard(proc)
 
     def _raise_load_error(self, jobdir: Path, proc, line, log_path: Path):
         err = jobdir / "load_error.json"
@@ -169,6 +189,10 @@ class Sandbox:
         it for their own group but stay in its session (ninja starts every compiler so)."""
         kill_session(proc.pid)
         proc.wait()
+
+
+class Cancelled(Exception):
+    """Sandbox.cancel() was called: no new worker is started."""
 
 
 def kill_session(sid: int) -> None:

@@ -34,6 +34,14 @@ class Context:
     cache: dict = field(default_factory=dict)
     sandbox: object = None  # kverify.sandbox.Sandbox, for gates that need further rounds (G05)
     timeout: float = 120.0
+    #: gate id -> concurrent.futures.Future of the work a gate's start(ctx) put in the background
+    background: dict = field(default_factory=dict)
+
+    def background_result(self, gate: str, start) -> dict:
+        """The result of gate's background work: the future check() started, or, when nothing was
+        started (a caller other than check()), start(self)() run here. Re-raises its exception."""
+        fut = self.background.get(gate)
+        return fut.result() if fut is not None else start(self)()
 
     def seed_for(self, label: str) -> int:
         return derive_seed(self.seed, label)

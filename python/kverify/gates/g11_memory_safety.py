@@ -4,8 +4,8 @@ Contract: (1) every tensor input placed inside a buffer with guard bands of sent
 and after it: the call leaves the bands intact (no out-of-bounds write) and gives the same bits
 when the bands hold other values (no out-of-bounds read reaches the output); CPU and GPU.
 (2) On a GPU with compute-sanitizer: memcheck, racecheck, initcheck and synccheck, each in its own
-child process with its own timeout (the four at once; failed CUDA API calls not counted), report
-no error for the candidate's call at a small shape.
+child process with its own timeout (the four at once, and beside the check's main worker; failed
+CUDA API calls not counted), report no error for the candidate's call at a small shape.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
 Catches: out-of-bounds reads past the last tile, writes past the end of an output or input,
 missing __syncthreads (racecheck), reads of never-written global memory (initcheck; it does not track
@@ -36,12 +36,16 @@ def plan(ctx: Context) -> list[dict]:
     return [ctx.job("guard", "G11/guard", band=BAND)]
 
 
-def _sanitizer(ctx: Context) -> dict:
+def start(ctx: Context):
+    """The sanitizer runs need nothing from the other gates: check() calls this in its own thread
+    before the main worker starts and runs the returned callable beside it (None: nothing to run).
+    The job is built here, in the caller's thread (it may run the oracle); the callable only
+    launches the four sanitized workers and parses their logs."""
     if ctx.device != "cuda":
-        return {"not_applicable": "CPU run (compute-sanitizer needs a GPU)"}
+        return lambda: {"not_applicable": "CPU run (compute-sanitizer needs a GPU)"}
     exe = shutil.which("compute-sanitizer")
     if not exe:
-        return {"not_applicable": "compute-sanitizer not found on PATH"}
+        return lambda: {"not_applicable": "compute-sanitizer not found on PATH"}
     b = ctx.small_binding()
     job = ctx.job_at("run", "G11/sanitized", b, ctx.specs_at(b))
 
@@ -60,10 +64,11 @@ def _sanitizer(ctx: Context) -> dict:
             rec.update(first="(no finding line) " + text.strip()[-160:])
         return rec
 
-    # the four tools are independent child processes: run them at once (each has its own folder)
-    with ThreadPoolExecutor(len(TOOLS)) as pool:
-        tools = list(pool.map(one, TOOLS))
-    return {"tools": tools}
+    def run() -> dict:
+        # the four tools are independent child processes: run them at once (each has its own folder)
+        with ThreadPoolExecutor(len(TOOLS)) as pool:
+            return {"tools": list(pool.map(one, TOOLS))}
+    return run
 
 
 #: every tensor its own cudaMalloc of its exact size: a read past the end of a tensor is then a read
@@ -84,4 +89,5 @@ def parse_sanitizer(text: str) -> tuple[int, str]:
 
 
 def judge(ctx: Context, results: dict) -> dict:
-    return engine.judge(GATE, {"guard": results["G11/guard"], "sanitizer": _sanitizer(ctx)})
+    sanitizer = ctx.background_result(GATE, start)
+    return engine.judge(GATE, {"guard": results["G11/guard"], "sanitizer": sanitizer})

@@ -1,0 +1,68 @@
+"""check() runs the standard test (and G11's sanitizer runs) beside the main worker, each in its
+own process, and leaves no worker behind when it stops early."""
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kverify.check import check
+from kverify.errors import LoadError
+from kverify.examples import ROOT
+
+RELU = ROOT / "relu"
+HEAD = "import os, sys, time\nimport torch\nimport torch.nn as nn\n"
+
+
+def _check(tmp_path: Path, body: str, **kw):
+    ref = (RELU / "reference.py").read_text()
+    return check(ref, str(RELU / "reference.py"), HEAD + body, str(tmp_path / "cand.py"), device="cpu",
+                 workdir=tmp_path / "work", **kw)
+
+
+def test_standard_test_runs_beside_the_gates(tmp_path):
+    """Each worker stamps [load start, load end] (a 2 s load) into a file: the standard test's
+    worker and the gates' worker must overlap in time."""
+    stamps = tmp_path / "stamps"
+    body = (f"t0 = time.time(); time.sleep(2)\n"
+            f"open({str(stamps)!r}, 'a').write(f'{{sys.argv[1]}} {{t0}} {{time.time()}}\\n')\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return torch.relu(x)\n")
+    r = _check(tmp_path, body, gates=["G01", "G07"])
+    assert r["standard"]["verdict"] == "PASS" and r["class"] == "CLEAN", r
+    spans = {}
+    for line in stamps.read_text().splitlines():
+        where, a, b = line.rsplit(" ", 2)
+        spans[Path(where).name] = (float(a), float(b))
+    assert set(spans) == {"gates", "standard"}, spans
+    (a0, a1), (b0, b1) = spans["gates"], spans["standard"]
+    assert a0 < b1 and b0 < a1, spans  # the two loads overlapped
+
+
+def _workers_of(workdir: Path) -> list[int]:
+    pids = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "kverify._internal.worker" in cmd and str(workdir) in cmd:
+                pids.append(int(e))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_a_load_error_stops_the_background_worker(tmp_path):
+    """The gates' worker fails to load while the standard test's worker hangs in its load: check()
+    raises the load error at once and kills the hanging worker (not after --load-timeout)."""
+    body = ("if os.path.basename(sys.argv[1]) == 'standard':\n"
+            "    time.sleep(600)\n"
+            "raise RuntimeError('planted load failure')\n")
+    t = time.monotonic()
+    with pytest.raises(LoadError, match="planted load failure"):
+        _check(tmp_path, body, gates=["G01"], load_timeout=300)
+    assert time.monotonic() - t < 120
+    time.sleep(0.5)
+    assert _workers_of(tmp_path / "work") == []
