@@ -2,8 +2,9 @@
 examples/gdn, whose oracle is the C++ fp64 GDN oracle. Every gate must PASS and the class be
 CLEAN. G03 passes with a few positions counted as "indeterminate": with +Inf injected into v the
 chunked form returns the exact limit ±Inf where the recurrence's own evaluation order meets
-∞ − ∞ and gives NaN (core/src/gates/g03_nonfinite.cpp). A NaN where the oracle is finite (as the
-difference-of-cumulative-sums decay once gave after g = −∞) still fails here."""
+∞ − ∞ and gives NaN; G03 certifies the limit with the oracle (python/kverify/gates/g03_nonfinite.py).
+A NaN where the oracle is finite (as the difference-of-cumulative-sums decay once gave after
+g = −∞) still fails here."""
 from pathlib import Path
 
 from kverify.check import check

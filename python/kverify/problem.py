@@ -273,6 +273,17 @@ class Oracle:
         return self._models[key]
 
     @torch.no_grad()
+    def run_fp64(self, inputs: list, binding: dict | None = None, transform=None) -> list:
+        """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed
+        through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes)."""
+        _, ora = self.models(binding)
+        self.problem.bind(binding)
+        xs = [upcast(x) for x in inputs]
+        if transform is not None:
+            xs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+        return [h.detach() if isinstance(h, torch.Tensor) else h for h in as_outputs(ora(*xs))]
+
+    @torch.no_grad()
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
         ref, ora = self.models(binding)

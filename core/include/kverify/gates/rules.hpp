@@ -40,12 +40,12 @@ GateResult judge_accuracy(const json& m, const char* gate, const char* name);
 GateResult judge_g02(const json& m);
 
 /// G03 nonfinite (tolerance-free). Measurements:
-/// {"runs":[{"label":"NaN","injected":["nan"],"seed":s,"outputs":[{"index":i,"candidate":stats,"reference":stats}]}]}
+/// {"runs":[{"label":"NaN","seed":s,"outputs":[{"index":i,"candidate":stats,"reference":stats,
+///            "indeterminate":n}]}]}
 /// A run/output where the low-precision reference itself disagrees with the oracle's non-finite
-/// pattern is skipped as ambiguous; all skipped gives N/A. In a run whose `injected` kinds include
-/// "+inf" or "-inf", positions where the oracle is NaN and the candidate ±Inf (stats.nan_as_inf)
-/// are accepted as an indeterminate form of the oracle's evaluation order, provided they are the
-/// output's only mismatches (g03_nonfinite.cpp says why).
+/// pattern is skipped as ambiguous; all skipped gives N/A. Any class mismatch of the candidate
+/// fails. `indeterminate` (optional) counts oracle NaNs that the measuring side replaced by their
+/// ±Inf limit before comparing (g03_nonfinite.py); it is summed into the evidence.
 GateResult judge_g03(const json& m);
 
 /// G04 determinism (tolerance-free). Measurements:
