@@ -3,7 +3,8 @@
 # benchmark against fla (BENCH=1, bench/gdn.py; alone on the GPU), then at once: the accuracy sweep
 # against the fp64 oracle beside fla (ACC=1, bench/gdn_accuracy.py, one process per configuration
 # because fla compiles and autotunes its Triton kernels per shape) and `kverify check` of the op and
-# of fla's op on examples/gdn (CHECK=1; CHECK_SPLIT=1 checks fla one gate per process, all at once
+# of fla's op on examples/gdn (CHECK=1, CHECK_CANDS="kverify_chunk fla_chunk" by default; CHECK_SPLIT=1 checks fla one gate per
+# process (SPLIT_GATES, default G02..G12), all at once
 # after a G01 check has filled Triton's caches, so a slow gate costs only itself).
 # Everything ends by DEADLINE_S seconds after the start; GPU_TESTS=0 skips the pytest step.
 # Carry .whl (flash_linear_attention and fla_core wheels). Logs and JSON under $OUT.
@@ -28,10 +29,10 @@ check_gdn() {  # check_gdn CANDIDATE TAG [kverify check args...]
 }
 if [ "${CHECK_SPLIT:-0}" = 1 ]; then
   check_gdn fla_chunk fla_chunk_G01 --gates G01 --timeout 300; echo "fla G01 (cache fill) done: $(( $(date +%s) - t0 )) s"
-  for g in G02 G03 G04 G05 G06 G07 G08 G09 G10 G11 G12; do check_gdn fla_chunk fla_chunk_$g --gates $g --timeout 300 & pids+=($!); done
+  for g in ${SPLIT_GATES:-G02 G03 G04 G05 G06 G07 G08 G09 G10 G11 G12}; do check_gdn fla_chunk fla_chunk_$g --gates $g --timeout 300 & pids+=($!); done
 fi
 if [ "${CHECK:-0}" = 1 ]; then
-  for c in kverify_chunk fla_chunk; do check_gdn $c $c & pids+=($!); done
+  for c in ${CHECK_CANDS:-kverify_chunk fla_chunk}; do check_gdn $c $c & pids+=($!); done
 fi
 if [ "${ACC:-1}" = 1 ]; then
   python3 bench/gdn_accuracy.py --jobs "${ACC_JOBS:-9}" --timeout "$(( $(left) - 10 ))" ${ACC_ARGS:-} \

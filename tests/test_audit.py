@@ -190,3 +190,26 @@ def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), gpu="1")
     assert seen["env"] == "1"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_merge_leaves_nothing_behind_on_bad_input(tmp_path):
+    """A missing input is found before OUT is created; a conflicting kernel removes the OUT this
+    merge created (an existing OUT is kept)."""
+    from kverify.errors import UsageError
+
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    for path, klass in ((a, "CLEAN"), (b, "BROKEN")):
+        j = Journal(path)
+        j.record({"id": "row1", "level": 1}, None, klass, "planted")
+        j.close()
+    out = tmp_path / "out.sqlite"
+    with pytest.raises(UsageError, match="no such journal"):
+        merge(out, [a, tmp_path / "missing.sqlite"])
+    assert not out.exists()
+    with pytest.raises(UsageError, match="differs between"):
+        merge(out, [a, b])
+    assert not any(p.name.startswith("out.sqlite") for p in tmp_path.iterdir())
+    assert merge(out, [a]) == 1
+    with pytest.raises(UsageError, match="differs between"):
+        merge(out, [b])
+    assert out.exists() and merge(out, [a]) == 1  # an OUT that existed before stays

@@ -118,6 +118,11 @@ def test_empty_sequence_passes_the_state_through():
     assert o.shape == (1, 0, 2, 8) and torch.equal(ht, h0)
     ht.sum().backward()
     assert torch.equal(h0.grad, torch.ones_like(h0))
+    q = torch.randn(1, 0, 1, 8, requires_grad=True)  # o too stays part of the graph (empty gradients)
+    o, _ = chunk_gated_delta_rule(q, torch.randn(1, 0, 1, 8), torch.randn(1, 0, 2, 8), torch.zeros(1, 0, 2),
+                                  torch.zeros(1, 0, 2))
+    o.sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
 
 
 def test_host_copy_of_cu_seqlens_is_used_like_fla():

@@ -80,12 +80,30 @@ class Journal:
 
 def merge(out: str | Path, inputs: list[str | Path]) -> int:
     """Copy every kernel of ``inputs`` into ``out``; a kernel present in two inputs with different
-    content raises UsageError naming both files. Returns the number of kernels in ``out``."""
+    content raises UsageError naming both files. Returns the number of kernels in ``out``.
+    Every input is looked for before ``out`` is touched; an ``out`` this call created is removed
+    again when the merge fails."""
+    missing = [str(p) for p in inputs if not Path(p).is_file()]
+    if missing:
+        raise UsageError(f"{', '.join(missing)}: no such journal")
+    created = not Path(out).exists()
     dst = Journal(out)
+    try:
+        _copy_into(dst, out, inputs)
+    except BaseException:
+        dst.close()
+        if created:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(out) + suffix).unlink(missing_ok=True)
+        raise
+    n = len(dst.done())
+    dst.close()
+    return n
+
+
+def _copy_into(dst: "Journal", out, inputs) -> None:
     seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
     for src_path in inputs:
-        if not Path(src_path).is_file():
-            raise UsageError(f"{src_path}: no such journal")
         src = Journal(src_path)
         for r in src.rows():
             if r[0] in seen:
@@ -100,6 +118,3 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
             dst.db.executemany("INSERT INTO gates VALUES (?,?,?,?,?,?,?)", g)
             dst.db.execute("COMMIT")
         src.close()
-    n = len(dst.done())
-    dst.close()
-    return n

@@ -51,8 +51,13 @@ def _non_overlapping_dense(y: torch.Tensor) -> bool:
 
 
 def _sync(device: str) -> None:
+    """Wait for the candidate's GPU work and raise its errors here, inside the caller's try block
+    that attributes them to the candidate: asynchronous faults surface in synchronize(); a launch
+    that failed at once (e.g. a grid of 0 blocks) leaves a pending cudaGetLastError, which the next
+    kernel launch's check raises — so launch one (a fill) now instead of in kverify's own code."""
     if device == "cuda":
         torch.cuda.synchronize()
+        torch.ones(1, device="cuda")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from kverify import _core
-from kverify.gdn.oracle import _cu
+from kverify.gdn.oracle import cu_seqlens_list
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -143,7 +143,7 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
         if B != 1:
             raise ValueError(f"cu_seqlens needs B = 1 (sequences packed along T), got B = {B}")
         try:
-            cu = _cu(cu_seqlens if host_cu is None else host_cu)
+            cu = cu_seqlens_list(cu_seqlens if host_cu is None else host_cu)
         except (TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"cu_seqlens must be a 1-D sequence of integer offsets: {e}") from None
         if len(cu) < 2 or cu[0] != 0 or cu[-1] != T or any(b < a for a, b in zip(cu, cu[1:])):
@@ -158,7 +158,9 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     if B * T == 0:  # nothing to compute: the state passes through
         ht = (initial_state.float().clone() if initial_state is not None
               else q.new_zeros(N, HV, K, V, dtype=torch.float32)) if output_final_state else None
-        return v.new_empty(B, T, HV, V).to(q.dtype), ht
+        # empty, but still a function of the inputs, so backward() through it works (zero-size grads)
+        tie = sum(x.sum() for x in (q, k, v, g, beta)) * 0
+        return v.new_zeros(B, T, HV, V).to(q.dtype) + tie.to(q.dtype), ht
     if use_qk_l2norm_in_kernel:
         q, k = _l2norm(q), _l2norm(k)
     h0 = None if initial_state is None else initial_state.float().contiguous()

@@ -18,7 +18,7 @@ def _f64(x):
     return None if x is None else torch.as_tensor(x).detach().to("cpu", torch.float64).contiguous()
 
 
-def _cu(cu_seqlens) -> list[int] | None:
+def cu_seqlens_list(cu_seqlens) -> list[int] | None:
     """cu_seqlens as a list of ints. Raises ValueError unless it is 1-D and integer-valued."""
     if cu_seqlens is None:
         return None
@@ -32,7 +32,7 @@ def oracle_forward(q, k, v, g, beta, scale: float | None = None, initial_state=N
                    use_qk_l2norm_in_kernel: bool = False, cu_seqlens=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o [B,T,HV,V], final_state [N,HV,K,V]) in float64 on the CPU. scale None: K**-0.5."""
     o, ht = _core.gdn_oracle_forward(_f64(q), _f64(k), _f64(v), _f64(g), _f64(beta), _f64(initial_state),
-                                     scale, use_qk_l2norm_in_kernel, _cu(cu_seqlens))
+                                     scale, use_qk_l2norm_in_kernel, cu_seqlens_list(cu_seqlens))
     return torch.from_numpy(o), torch.from_numpy(ht)
 
 
@@ -41,5 +41,5 @@ def oracle_backward(q, k, v, g, beta, do, dht=None, scale: float | None = None, 
     """Gradients of L = sum(do * o) + sum(dht * final_state): {dq, dk, dv, dg, dbeta, dh0}, float64 CPU."""
     names = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
     out = _core.gdn_oracle_backward(_f64(q), _f64(k), _f64(v), _f64(g), _f64(beta), _f64(initial_state), _f64(do),
-                                    _f64(dht), scale, use_qk_l2norm_in_kernel, _cu(cu_seqlens))
+                                    _f64(dht), scale, use_qk_l2norm_in_kernel, cu_seqlens_list(cu_seqlens))
     return {n: torch.from_numpy(a) for n, a in zip(names, out)}
