@@ -66,3 +66,32 @@ def test_a_load_error_stops_the_background_worker(tmp_path):
     assert time.monotonic() - t < 120
     time.sleep(0.5)
     assert _workers_of(tmp_path / "work") == []
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_sigkill_during_a_slow_load_leaves_no_worker(tmp_path):
+    """kverify killed with SIGKILL while its workers are still loading a candidate (a long
+    compile, here a sleep at import): the workers end within seconds, not when the load ends."""
+    import signal
+    import subprocess
+    import sys
+
+    cand = tmp_path / "slow.py"
+    cand.write_text(HEAD + "time.sleep(60)\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                           "        return torch.relu(x)\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "kverify", "check", str(RELU / "reference.py"), str(cand),
+                             "--device", "cpu"], env={**os.environ, "TMPDIR": str(tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _workers_of(tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_of(tmp), "no worker started"
+    time.sleep(1.0)  # let the workers reach their import of the candidate
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _workers_of(tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_of(tmp) == []

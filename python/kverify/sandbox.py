@@ -82,6 +82,7 @@ class Sandbox:
         env.update(build_env(self.candidate_source))  # content-addressed extension cache (kverify.build)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = "0"  # the same allocation sequence run to run (address-keyed defects)
+        env["KVERIFY_PARENT_PID"] = str(os.getpid())  # the worker ends when this process is gone
         if self.device == "cpu":
             env.update(CPU_MALLOC_ENV)
         return env

@@ -2,7 +2,7 @@
 // in the output equal the oracle's exactly. Tolerance-free.
 //
 // One refinement of DESIGN.md's contract, learnt from the chunked GDN, is made where the oracle is
-// formed (python/kverify/gates/g03_nonfinite.py): in a run that injects only +Inf or only -Inf, an
+// formed (python/kverify/gates/g03_nonfinite.py): in a run that injects ±Inf (alone or mixed), an
 // oracle NaN whose extended-real limit is ±Inf (probed with finite stand-ins for the infinities)
 // is replaced by that limit before the comparison; each output reports how many such positions the
 // candidate matched ("indeterminate"). This rule stays strict on what it is given.

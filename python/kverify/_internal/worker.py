@@ -16,11 +16,15 @@ import os
 import sys
 import traceback
 
-import torch
+from kverify._internal.lifeline import exit_with_parent
+
+if __name__ == "__main__":  # before the slow imports: a kverify killed meanwhile leaves no orphan
+    exit_with_parent(origin=os.environ.get("KVERIFY_PARENT_PID"))
+
+import torch  # noqa: E402
 
 from kverify import engine
 from kverify._internal import fastbuild
-from kverify._internal.lifeline import exit_with_parent
 from kverify.errors import LoadError
 from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
 
@@ -431,7 +435,6 @@ def _atomic_save(obj, path: str) -> None:
 
 
 def main() -> int:
-    exit_with_parent()  # a killed kverify leaves no orphan workers
     jobdir, status_fd = sys.argv[1], int(sys.argv[2])
     status = os.fdopen(status_fd, "w", buffering=1)
     with open(os.path.join(jobdir, "spec.json")) as f:
