@@ -24,7 +24,7 @@ an explicit test (where(isfinite(x), ..., nan)) is not seen by finite probes.
 Catches: NaN swallowed by fmaxf/fminf (ReLU as fmaxf(x, 0)), max-reductions that skip NaN,
 softmax without NaN propagation, `nan_to_num` in the kernel, Inf clamped to FLT_MAX.
 Source of the exploit class: llm.c dev/cuda validators skip non-finite references.
-Controls: examples/*/g03_*.py.
+Controls: examples/*/g03_*.py, controls/g03_* (the limit rule's boundary).
 """
 from __future__ import annotations
 

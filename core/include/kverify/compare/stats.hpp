@@ -26,8 +26,8 @@ struct CompareStats {
   int64_t neginf_mismatch = 0;  ///< -Inf in exactly one
   int64_t first_nan = kNoIndex, first_posinf = kNoIndex, first_neginf = kNoIndex;
   /// Positions where the oracle is NaN and the candidate ±Inf (each is also counted once in
-  /// nan_mismatch and once in posinf_/neginf_mismatch). G03 uses it to tell an indeterminate form
-  /// of the oracle's own evaluation order from a lost or invented non-finite value.
+  /// nan_mismatch and once in posinf_/neginf_mismatch). Evidence only: G03 decides such
+  /// positions by probing the oracle's limit (python/kverify/gates/g03_nonfinite.py).
   int64_t nan_as_inf = 0;
   int64_t first_nan_as_inf = kNoIndex;
   int64_t oracle_nonfinite = 0;     ///< oracle elements that are NaN or ±Inf
