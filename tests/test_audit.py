@@ -175,6 +175,14 @@ def test_checks_are_spread_over_the_gpus_fewest_busy_first():
     assert pick_gpu(["2", "3"], ["2", "3", "3"]) == "2"
 
 
+def _unset_until_teardown(monkeypatch, name: str) -> None:
+    """Unset ``name`` now and restore its original state at teardown, also when the code under
+    test sets it meanwhile (monkeypatch.delenv of an unset variable records nothing, so a value
+    set later would leak into every later test of the session)."""
+    monkeypatch.setenv(name, "recorded")  # records the original state (set or unset)
+    monkeypatch.delenv(name)
+
+
 def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
     """_task sets CUDA_VISIBLE_DEVICES before anything starts CUDA (here: before the stage runs)."""
     import kverify.audit as audit
@@ -186,10 +194,9 @@ def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(audit, "_timed_check", fake_check)
     monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _unset_until_teardown(monkeypatch, "CUDA_VISIBLE_DEVICES")
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), gpu="1")
     assert seen["env"] == "1"
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 def test_merge_leaves_nothing_behind_on_bad_input(tmp_path):
@@ -213,3 +220,20 @@ def test_merge_leaves_nothing_behind_on_bad_input(tmp_path):
     with pytest.raises(UsageError, match="differs between"):
         merge(out, [b])
     assert out.exists() and merge(out, [a]) == 1  # an OUT that existed before stays
+
+
+def test_the_alone_rerun_is_serial(tmp_path, monkeypatch):
+    """A row re-run alone after running out of GPU memory starts no worker beside its gates."""
+    import kverify.audit as audit
+
+    seen = []
+    def fake_check(*args):
+        seen.append(os.environ.get("KVERIFY_SERIAL_CHECK"))
+        return None, "CLEAN", "", 0.0
+
+    monkeypatch.setattr(audit, "_timed_check", fake_check)
+    monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
+    _unset_until_teardown(monkeypatch, "KVERIFY_SERIAL_CHECK")
+    audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"))
+    audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), serial=True)
+    assert seen == [None, "1"]

@@ -71,3 +71,50 @@ def test_load_errors_name_the_file(src, msg):
     with pytest.raises(LoadError, match=msg) as e:
         Problem(src, "bad_ref.py")
     assert e.value.path == "bad_ref.py"
+
+
+SLOW_INIT = '''
+import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """Two draws from the global RNG with a pause between them: a window for another thread."""
+    def __init__(self, n):
+        super().__init__()
+        a = torch.randn(n)
+        time.sleep(0.05)
+        self.w = nn.Parameter(torch.cat([a, torch.randn(n)]))
+    def forward(self, x):
+        return x * self.w.sum()
+
+n = 8
+
+def get_inputs():
+    return [torch.randn(n)]
+
+def get_init_inputs():
+    return [n]
+'''
+
+
+def test_seeded_weights_are_the_same_when_checks_run_in_threads():
+    """Controls and demo run checks as threads of one process: each check's seeded weights must
+    be what the worker (a lone process) draws, whatever the other threads seed meanwhile."""
+    import threading
+
+    serial = {s: Problem(SLOW_INIT, "slow.py").reference_model(s, "cpu").w.detach().clone() for s in (1, 2, 3, 4)}
+    got, barrier = {}, threading.Barrier(4)
+
+    def build(s):
+        p = Problem(SLOW_INIT, f"slow{s}.py")
+        barrier.wait()
+        got[s] = p.reference_model(s, "cpu").w.detach().clone()
+
+    threads = [threading.Thread(target=build, args=(s,)) for s in serial]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in serial:
+        assert torch.equal(got[s], serial[s]), f"seed {s}: weights drawn while another thread seeded"

@@ -168,13 +168,18 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     return 0
 
 
-def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None) -> None:
+def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None,
+          serial: bool = False) -> None:
     """Body of one stage of one row in its own process: writes the result to ``out`` (JSON).
-    ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts)."""
+    ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts).
+    ``serial``: the check runs one worker at a time (KVERIFY_SERIAL_CHECK=1: no standard test or
+    sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others."""
     from kverify._internal.lifeline import exit_with_parent
 
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if serial:
+        os.environ["KVERIFY_SERIAL_CHECK"] = "1"
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
     with open(out + ".tmp", "w") as f:
@@ -205,8 +210,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
-    GPU is not recorded but run again at the end, alone; only what runs out of memory alone is
-    recorded so. Processes end with this one (lifeline)."""
+    GPU is not recorded but run again at the end, alone and serial (one worker at a time, see
+    _task); only what runs out of memory so is recorded so. Processes end with this one (lifeline)."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -233,7 +238,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     out = str(tmp / f"{n}.json")
                     kind = "check" if stage == "alone" else stage
                     gpu = None if kind == "build" else pick_gpu(gpus, [r[4] for r in running.values()])
-                    p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu), daemon=True)
+                    p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, stage == "alone"),
+                                    daemon=True)
                     p.start()
                     running[p.sentinel] = (p, stage, row, out, gpu)
             for sentinel in mp_wait(list(running), timeout=1.0):

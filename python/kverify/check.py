@@ -128,10 +128,15 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         sandbox.cleanup()
 
 
+def _not_run(tolerance: float) -> dict:
+    """The standard test's record before (or without) a run."""
+    return {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+
+
 def _standard(sandbox: Sandbox, tolerance: float) -> dict:
     """The standard test in its own worker: {"verdict", "summary", "tolerance", "trials", "seconds"}."""
     t = time.monotonic()
-    std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    std = _not_run(tolerance)
     job = {"kind": "standard", "id": "standard", "tolerance": tolerance, "trials": STANDARD_TRIALS}
     o = sandbox.run([job], tag="standard")[0]
     if o.status == "ok" and "error" not in o.result:
@@ -191,7 +196,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
         finally:  # the gate's calls in the worker + its judging here (shrinking; waiting on background work)
             gate_seconds[g] = round(sum(outcomes[j["id"]].seconds for j in plan) + time.monotonic() - t_judge, 3)
 
-    std = {"verdict": "N/A", "summary": "not run", "tolerance": tolerance, "trials": STANDARD_TRIALS}
+    std = _not_run(tolerance)
     if std_future is not None:
         std = std_future.result()
     elif standard:

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.set_defaults(func=cmd_report, timeout=1.0, load_timeout=1.0)
     # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    a = None
     try:
         a = ap.parse_args(argv)
         if a.timeout <= 0 or a.load_timeout <= 0:
@@ -174,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True).print(f"[bold red]kverify:[/] {e}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
+        what = "the audit journal keeps every finished row; run the same command to resume" \
+            if a is not None and a.func is cmd_audit else "no worker is left running"
+        Console(stderr=True).print(f"kverify: interrupted; {what}", highlight=False, soft_wrap=True)
         return 130
 
 

@@ -65,10 +65,11 @@ def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.
     problems_seen = []
     for (name, _, _, gate), r in zip(work, reports):
         verdicts = {g["gate"]: g["verdict"] for g in r["gates"]}
+        summaries = {g["gate"]: g.get("summary", "")[:300] for g in r["gates"]}
         if gate is None:
             bad = [g for g, v in verdicts.items() if v in FAILING]
             false_alarms += len(bad)
-            problems_seen += [f"false alarm: {name} {g}: {verdicts[g]}" for g in bad]
+            problems_seen += [f"false alarm: {name} {g}: {verdicts[g]} — {summaries[g]}" for g in bad]
         else:
             planted += 1
             per_gate[gate][1] += 1
@@ -76,7 +77,7 @@ def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.
                 caught += 1
                 per_gate[gate][0] += 1
             else:
-                problems_seen.append(f"missed: {name} ({gate}: {verdicts.get(gate)})")
+                problems_seen.append(f"missed: {name} ({gate}: {verdicts.get(gate)} — {summaries.get(gate, '')})")
     console.print("per gate (caught/planted): " + ", ".join(f"{g} {c}/{n}" for g, (c, n) in per_gate.items()),
                   soft_wrap=True)
     for p in problems_seen:

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import math
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 
@@ -20,6 +21,14 @@ import torch
 
 from kverify.engine import Dist
 from kverify.errors import LoadError
+
+
+#: torch's global RNG and a problem's module globals (its free dimensions) are process-wide state.
+#: kverify runs several checks as threads of one process (controls, demo), so every seeded draw
+#: (manual_seed + get_inputs / get_init_inputs / Model(...)) and every bind-then-run of the
+#: reference holds this lock: one check's manual_seed can never land between another's seeding
+#: and its draws (which silently gave the parent other weights than the worker: a false FAIL).
+STATE_LOCK = threading.RLock()
 
 
 def derive_seed(seed: int, label: str) -> int:
@@ -175,11 +184,12 @@ class Problem:
             setattr(self.module, k, int(v))
 
     def init_inputs(self, seed: int) -> list:
-        torch.manual_seed(seed)
-        try:
-            init = self.module.get_init_inputs()
-        except Exception as e:  # noqa: BLE001
-            raise LoadError(self.path, f"get_init_inputs() raised {type(e).__name__}: {e}") from None
+        with STATE_LOCK:
+            torch.manual_seed(seed)
+            try:
+                init = self.module.get_init_inputs()
+            except Exception as e:  # noqa: BLE001
+                raise LoadError(self.path, f"get_init_inputs() raised {type(e).__name__}: {e}") from None
         if not isinstance(init, (list, tuple)):
             raise LoadError(self.path, f"get_init_inputs() must return a list, got a {type(init).__name__}")
         return list(init)
@@ -187,12 +197,13 @@ class Problem:
     def input_specs(self, seed: int, binding: dict[str, int] | None = None) -> list[InputSpec]:
         """Specs of get_inputs() at ``binding``: each tensor's shape, dtype and a distribution
         inferred from one sample drawn with ``seed``. Raises LoadError for unsupported inputs."""
-        self.bind(binding)
-        torch.manual_seed(seed)
-        try:
-            sample = self.module.get_inputs()
-        except Exception as e:  # noqa: BLE001
-            raise LoadError(self.path, f"get_inputs() raised {type(e).__name__}: {e}") from None
+        with STATE_LOCK:
+            self.bind(binding)
+            torch.manual_seed(seed)
+            try:
+                sample = self.module.get_inputs()
+            except Exception as e:  # noqa: BLE001
+                raise LoadError(self.path, f"get_inputs() raised {type(e).__name__}: {e}") from None
         if not isinstance(sample, (list, tuple)):
             raise LoadError(self.path, f"get_inputs() must return a list, got a {type(sample).__name__}")
         sample = list(sample)
@@ -209,12 +220,13 @@ class Problem:
 
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
-        init = self.init_inputs(seed)
-        torch.manual_seed(seed)
-        try:
-            return self.module.Model(*init).to(device).eval()
-        except Exception as e:  # noqa: BLE001
-            raise LoadError(self.path, f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+        with STATE_LOCK:
+            init = self.init_inputs(seed)
+            torch.manual_seed(seed)
+            try:
+                return self.module.Model(*init).to(device).eval()
+            except Exception as e:  # noqa: BLE001
+                raise LoadError(self.path, f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
 
 
 def synthesize(specs: list[InputSpec], seed: int, device: str, dtype_override: dict | None = None) -> list:
@@ -266,31 +278,35 @@ class Oracle:
         """(the reference model at the problem's dtype, its float64 copy) at ``binding`` (None: the
         problem's own shape), built once per binding from the seeded weights and cached."""
         key = repr(sorted((binding or {}).items()))
-        if key not in self._models:
-            self.problem.bind(binding)
-            ref = self.problem.reference_model(self.seed, self.device)
-            self._models[key] = (ref, copy.deepcopy(ref).double())
-        return self._models[key]
+        with STATE_LOCK:
+            if key not in self._models:
+                self.problem.bind(binding)
+                ref = self.problem.reference_model(self.seed, self.device)
+                self._models[key] = (ref, copy.deepcopy(ref).double())
+            return self._models[key]
 
     @torch.no_grad()
     def run_fp64(self, inputs: list, binding: dict | None = None, transform=None) -> list:
         """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed
         through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes)."""
-        _, ora = self.models(binding)
-        self.problem.bind(binding)
         xs = [upcast(x) for x in inputs]
         if transform is not None:
             xs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
-        return [h.detach() if isinstance(h, torch.Tensor) else h for h in as_outputs(ora(*xs))]
+        with STATE_LOCK:  # the model may read its module's free dimensions while it runs
+            _, ora = self.models(binding)
+            self.problem.bind(binding)
+            high = as_outputs(ora(*xs))
+        return [h.detach() if isinstance(h, torch.Tensor) else h for h in high]
 
     @torch.no_grad()
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
-        ref, ora = self.models(binding)
-        self.problem.bind(binding)
-        raw = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-        self.container = container(raw)
-        low = as_outputs(raw)
-        high = as_outputs(ora(*[upcast(x) for x in inputs]))
+        with STATE_LOCK:  # the model may read its module's free dimensions (or draw) while it runs
+            ref, ora = self.models(binding)
+            self.problem.bind(binding)
+            raw = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            self.container = container(raw)
+            low = as_outputs(raw)
+            high = as_outputs(ora(*[upcast(x) for x in inputs]))
         return [h.detach() if isinstance(h, torch.Tensor) else h for h in high], \
                [l.detach() if isinstance(l, torch.Tensor) else l for l in low]

@@ -104,7 +104,8 @@ def _target(ctx: Context, job: dict, i: int, cand, o, kinds) -> tuple[object, in
     """The oracle output to compare against and the count of its NaNs replaced by their limit:
     o itself, except (runs injecting ±Inf) where o is NaN, the candidate ±Inf and that infinity
     certified as the oracle's limit (_certified). The probes keep injected NaNs, so a NaN that
-    comes from an input is NaN in them too and never replaced."""
+    comes from an input is NaN in them too and never replaced. judge() calls it only where the
+    comparator counted such positions (nan_as_inf > 0)."""
     if kinds == ("nan",) or not isinstance(cand, torch.Tensor) or not isinstance(o, torch.Tensor):
         return o, 0
     c = cand.to(device=o.device, dtype=torch.float64)
@@ -128,8 +129,12 @@ def judge(ctx: Context, results: dict) -> dict:
             why = shape_problem(cand, o)
             if why:
                 return engine.judge(GATE, {"incomparable": f"output {i}: {why}", "evidence": {"run": label}})
-            target, indeterminate = _target(ctx, job, i, cand, o, kinds)
-            cs = engine.compare(cand, target)
+            cs = engine.compare(cand, o)
+            indeterminate = 0
+            if cs["nan_as_inf"]:  # the comparator counted oracle-NaN/candidate-±Inf: try their limits
+                target, indeterminate = _target(ctx, job, i, cand, o, kinds)
+                if indeterminate:
+                    cs = engine.compare(cand, target)
             first = min([x for x in (cs["first_nan"], cs["first_posinf"], cs["first_neginf"]) if x >= 0], default=-1)
             outs.append({"index": i, "candidate": cs, "reference": engine.compare(r, o), "indeterminate": indeterminate,
                          "values": values(first, cand, o, r)})
