@@ -5,14 +5,15 @@ For each selected corpus candidate that calls ``load_inline`` the candidate is p
 empty cache:
 
   stock   KVERIFY_FAST_BUILD=0: the candidate's own load_inline call, untouched
-  kverify the fast build (kverify/_internal/fastbuild.py: shim torch/extension.h for the CUDA
-          file, precompiled torch/extension.h for main.cpp, stock fallback)
+  kverify kverify's build (kverify/_internal/fastbuild.py): the CUDA file with the narrow torch
+          header made for its source (kverify/_internal/narrow.py) or else the shim
+          torch/extension.h, main.cpp with a precompiled torch/extension.h, stock as last resort
 
 Both pools start together with the same number of processes; the kverify pool finishes first,
 after which the stock builds have the machine to themselves (which favours stock).
 Printed: median and p90 seconds per candidate for each, their ratio, and per candidate whether
 the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists)
-and how the nvcc command lines differ (expected: only kverify's -I shim folder).
+and how the nvcc command lines differ (expected: only kverify's -I folder of the narrow header or shim).
 
 Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT]
 """
@@ -69,8 +70,10 @@ def _cuda_flags(build: Path) -> list[str]:
 def compare_builds(stock_dir: Path, ours_dir: Path) -> dict:
     """Device code and nvcc flags of the two builds of one candidate."""
     out = {"sass_identical": None, "flag_diff": []}
-    stock = {p.parent.name: p for p in stock_dir.glob("*/*.so")}
-    ours = {p.parent.name.removesuffix("-stock"): p for p in ours_dir.glob("*/*.so")}
+    # stock builds live in EXT_DIR/NAME; kverify's in NAME-<12 hex digits of the call>[-narrow|-stock]
+    ext = lambda folder: re.sub(r"(-[0-9a-f]{12})?(-narrow|-stock)?$", "", folder)  # noqa: E731
+    stock = {ext(p.parent.name): p for p in stock_dir.glob("*/*.so")}
+    ours = {ext(p.parent.name): p for p in ours_dir.glob("*/*.so")}
     same = []
     for name, so in stock.items():
         if name not in ours:

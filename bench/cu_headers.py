@@ -1,18 +1,24 @@
-"""Benchmark: nvcc time of one extension CUDA file as load_inline writes it (torch/types.h, which
-kverify's fast build already uses instead of torch/extension.h) against a narrow header set
-(ATen/core/Tensor.h + the per-operator headers the source calls), same kernel, same flags, same
-run. A lead for the compile target of the audit issue (median build <= 15 s), not yet wired into
-kverify's build: the narrow set only compiles sources whose torch:: functions it declares.
+"""Benchmark: nvcc time of an extension's CUDA file with the headers of kverify's fast build
+(load_inline's ``torch/types.h`` prefix; ``torch/extension.h`` served by the shim, i.e.
+torch/types.h) against the narrow header kverify makes for that source
+(kverify/_internal/narrow.py), same source, same flags, same run, alternating. Also compares the
+device code of the two objects (``cuobjdump -sass``, else the PTX and cubin nvcc keeps; the
+narrow header must not change it).
 
-The kernel is a typical corpus candidate's: a ReLU kernel and a host function that calls
-x.contiguous(), torch::empty_like, torch::zeros, TORCH_CHECK, data_ptr<float>() and launches it.
-Needs nvcc and torch's headers (a CPU torch wheel has them); no GPU.
+Sources: an embedded typical candidate (a ReLU kernel whose host function calls x.contiguous(),
+torch::empty_like, torch::zeros, TORCH_CHECK, data_ptr<float>()), or with ``--corpus FILE`` the
+CUDA sources of the first N load_inline candidates (fixed order by a hash of the id) whose
+``cuda_sources`` are string constants in the file. Needs nvcc and torch's headers (a CPU torch
+wheel has them); no GPU.
 
-    python bench/cu_headers.py [--reps 2] [--arch 90]
+    python bench/cu_headers.py [--reps 2] [--arch 90] [--corpus FILE --limit 8] [--jobs 1]
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -20,9 +26,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BODY = r"""
+#include <torch/extension.h>
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -37,56 +45,156 @@ torch::Tensor relu_cuda(torch::Tensor x) {
   return y;
 }
 """
-# what load_inline writes at the top of every CUDA source, then the source's own include
-STOCK_HEAD = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n#include <torch/types.h>\n"
-NARROW_HEAD = """#define TORCH_ASSERT_ONLY_METHOD_OPERATORS
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
-#include <c10/util/Exception.h>
-#include <cuda.h>
-#include <cuda_runtime.h>
-namespace torch { using namespace at; }
-"""
+#: what load_inline writes on top of every CUDA source
+PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+
+
+def cuda_sources(candidate: str) -> str | None:
+    """The ``cuda_sources`` argument of the file's load_inline call when it is made of string
+    constants (directly or through module-level names), joined; else None."""
+    try:
+        tree = ast.parse(candidate)
+    except SyntaxError:
+        return None
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+              for t in n.targets if isinstance(t, ast.Name)}
+
+    def text(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return consts.get(node.id)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            parts = [text(e) for e in node.elts]
+            return None if any(p is None for p in parts) else "\n".join(parts)
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "load_inline":
+            for kw in node.keywords:
+                if kw.arg == "cuda_sources":
+                    return text(kw.value)
+    return None
+
+
+def device_code(obj: Path) -> str | None:
+    """The object's SASS (cuobjdump -sass) or, without cuobjdump, the PTX and cubin nvcc kept
+    beside it (--keep), as text; None when neither is there."""
+    tool = shutil.which("cuobjdump")
+    if tool:
+        out = subprocess.run([tool, "-sass", str(obj)], capture_output=True, text=True).stdout
+        return "\n".join(ln for ln in out.splitlines()
+                         if not ln.strip().startswith(("Fatbin", "code for", "arch", "identifier")))
+    keep = obj.with_suffix(".keep")
+    parts = sorted(keep.glob("*.ptx")) + sorted(keep.glob("*.cubin"))
+    return "\n".join(p.read_bytes().hex() if p.suffix == ".cubin" else p.read_text() for p in parts) or None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--arch", default="90")
+    ap.add_argument("--corpus", default=None, help="JSONL of candidates (field 'candidate'); default: embedded source")
+    ap.add_argument("--limit", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1, help="compiles at once (default 1)")
+    ap.add_argument("--narrow-only", action="store_true",
+                    help="compile only with the narrow header: how many sources it serves and compiles (no ratio)")
     a = ap.parse_args()
     nvcc = shutil.which("nvcc")
     if not nvcc:
         print("bench/cu_headers.py needs nvcc on PATH", file=sys.stderr)
         return 2
     import torch
-    inc = Path(torch.__file__).parent / "include"
-    flags = ["-std=c++17", f"-I{inc}", f"-I{inc / 'torch/csrc/api/include'}", "-D__CUDA_NO_HALF_OPERATORS__",
+    import torch.utils.cpp_extension as cpp
+
+    from kverify._internal.fastbuild import SHIM
+    from kverify._internal.narrow import narrow_files, write_shim
+
+    srcs: list[tuple[str, str]] = [("embedded relu", BODY)]
+    if a.corpus:
+        rows = [json.loads(ln) for ln in open(a.corpus) if ln.strip()]
+        rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+        srcs = [(r["id"], s) for r in rows if (s := cuda_sources(r.get("candidate", ""))) is not None][: a.limit]
+    inc = cpp.include_paths()
+    flags = ["-std=c++17", *[x for p in inc for x in ("-isystem", p)], "-D__CUDA_NO_HALF_OPERATORS__",
              "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
              "--expt-relaxed-constexpr", f"-gencode=arch=compute_{a.arch},code=sm_{a.arch}",
              "--compiler-options", "-fPIC", "-DTORCH_EXTENSION_NAME=bench",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}"]
-    d = Path(tempfile.mkdtemp(prefix="kv-cuh-"))
-    times: dict[str, list[float]] = {"torch/types.h": [], "narrow": []}
-    for name, head in (("torch/types.h", STOCK_HEAD), ("narrow", NARROW_HEAD)):
-        (d / f"{name.replace('/', '_')}.cu").write_text(head + BODY)
-    for _ in range(a.reps):  # alternate, so load on the machine affects both alike
-        for name in times:
-            src = d / f"{name.replace('/', '_')}.cu"
-            t = time.perf_counter()
-            r = subprocess.run([nvcc, "-c", str(src), "-o", str(src.with_suffix(".o")), *flags],
-                               capture_output=True, text=True)
-            if r.returncode:
-                print(f"{name}: nvcc failed:\n{r.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    root = Path(tempfile.mkdtemp(prefix="kv-cuh-"))
+    work = []
+    for i, (name, src) in enumerate(srcs):
+        d = root / str(i)
+        d.mkdir()
+        (d / "cuda.cu").write_text(PREFIX + src)
+        files = narrow_files(src, inc[0])
+        modes = {} if a.narrow_only else {"fast": str(SHIM)}
+        if files is not None:
+            modes["narrow"] = str(write_shim(d / "narrow", files))
+        work.append((name, d, modes))
+
+    def compile_one(item):
+        name, d, mode, shim, rep = item
+        obj = d / f"{mode}.{rep}.o"
+        keep = d / f"{mode}.{rep}.keep"
+        keep.mkdir()
+        t = time.perf_counter()
+        r = subprocess.run([nvcc, "-c", str(d / "cuda.cu"), "-o", str(obj), f"-I{shim}", "--keep",
+                            "--keep-dir", str(keep), *flags], capture_output=True, text=True)
+        return name, mode, time.perf_counter() - t, r.returncode, r.stderr, obj
+
+    items = [(n, d, m, s, rep) for rep in range(a.reps) for n, d, modes in work for m, s in modes.items()]
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:  # ordered rep by rep, modes alternating
+        results = list(pool.map(compile_one, items))
     print(f"nvcc {subprocess.run([nvcc, '--version'], capture_output=True, text=True).stdout.split()[-1]}, "
-          f"torch {torch.__version__}, {os.cpu_count()} cores, sm_{a.arch}, {a.reps} rep(s) each")
-    for k, v in times.items():
-        print(f"  {k:14s} median {med[k]:6.1f} s   ({', '.join(f'{x:.1f}' for x in v)})")
-    print(f"ratio torch/types.h / narrow: {med['torch/types.h'] / med['narrow']:.2f}x (baseline: load_inline's header)")
-    shutil.rmtree(d, ignore_errors=True)
+          f"torch {torch.__version__}, {os.cpu_count()} cores, sm_{a.arch}, {a.reps} rep(s) each, {a.jobs} at a time")
+    print(f"{'source':52} {'fast s':>7} {'narrow s':>9} {'ratio':>6} {'same code':>9}   "
+          f"(device code: {'cuobjdump -sass' if shutil.which('cuobjdump') else 'PTX + cubin kept by nvcc'})")
+    per: dict[str, dict[str, list]] = {n: {} for n, _ in srcs}
+    for name, mode, sec, rc, err, obj in results:
+        per.setdefault(name, {}).setdefault(mode, []).append((sec, rc, err, obj))
+    if a.narrow_only:
+        ok = [statistics.median(s for s, *_ in m["narrow"]) for m in per.values()
+              if m.get("narrow") and not any(rc for _, rc, _, _ in m["narrow"])]
+        for name, m in per.items():
+            if not m.get("narrow"):
+                print(f"{name[:52]:52} not served (names the narrow header does not declare)")
+            elif any(rc for _, rc, _, _ in m["narrow"]):
+                err = next(e for _, rc, e, _ in m["narrow"] if rc)
+                print(f"{name[:52]:52} narrow build fails: "
+                      f"{next((ln for ln in err.splitlines() if 'error' in ln), err.strip()[-100:])[:110]}")
+        print(f"{len(per)} sources: {sum(1 for m in per.values() if m.get('narrow'))} served, {len(ok)} compiled "
+              f"with the narrow header (median {statistics.median(ok) if ok else float('nan'):.1f} s)")
+        shutil.rmtree(root, ignore_errors=True)
+        return 0
+    fast_all, narrow_all = [], []
+    for name, modes in per.items():
+        f = modes["fast"]
+        n = modes.get("narrow", [])
+        if any(rc for _, rc, _, _ in f):
+            print(f"{name[:52]:52} fast build fails: {f[0][2].strip().splitlines()[-1][:80] if f[0][2] else ''}")
+            continue
+        fm = statistics.median(s for s, *_ in f)
+        if not n:
+            print(f"{name[:52]:52} {fm:7.1f} {'-':>9} {'':>6} {'':>9}  (names the narrow header does not serve)")
+            fast_all.append(fm), narrow_all.append(fm)  # kverify builds it with the fast headers
+            continue
+        if any(rc for _, rc, _, _ in n):
+            err = next(e for _, rc, e, _ in n if rc)
+            line = next((ln for ln in err.splitlines() if "error" in ln), err.strip()[-80:])
+            print(f"{name[:52]:52} {fm:7.1f} {'failed':>9} {'':>6} {'':>9}  {line[:100]}")
+            fast_all.append(fm), narrow_all.append(fm + statistics.median(s for s, *_ in n))  # a failed try costs
+            continue
+        nm = statistics.median(s for s, *_ in n)
+        same = device_code(f[0][3]), device_code(n[0][3])
+        print(f"{name[:52]:52} {fm:7.1f} {nm:9.1f} {fm / nm:6.2f} {str(same[0] == same[1]) if same[0] is not None else '-':>9}")
+        fast_all.append(fm), narrow_all.append(nm)
+    if fast_all:
+        print(f"median per source: fast {statistics.median(fast_all):.1f} s, narrow (incl. fallbacks) "
+              f"{statistics.median(narrow_all):.1f} s; ratio {statistics.median(fast_all) / statistics.median(narrow_all):.2f}x "
+              f"(baseline: kverify's fast-build headers, torch/types.h)")
+    shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # One device call for the compile benchmark (bench/compile.py): build kverify, then precompile
 # LIMIT corpus candidates with stock load_inline and with kverify's build path, JOBS processes in
-# all. Carry .deps and .corpus (accepted_kernels.jsonl). Logs and JSON under $OUT.
+# all; then (CUH=1, default) bench/cu_headers.py on CUH_N sources. Carry .deps and .corpus
+# (accepted_kernels.jsonl). Logs and JSON under $OUT.
 source "$(dirname "$0")/device_common.sh"
 install_kverify
 echo "nproc $(nproc); $(c++ --version | head -1); $(nvcc --version | tail -1)"
 timeout "${BENCH_LIMIT:-480}" python3 bench/compile.py --corpus .corpus/accepted_kernels.jsonl \
   --limit "${LIMIT:-12}" --jobs "${JOBS:-8}" --json "$OUT/compile_bench.json" 2>&1 | tee "$OUT/compile_bench.txt"
+if [ "${CUH:-1}" = 1 ]; then  # the CUDA file alone: fast-build headers vs narrow header, cuobjdump -sass compared
+  timeout "${CUH_LIMIT:-120}" python3 bench/cu_headers.py --corpus .corpus/accepted_kernels.jsonl \
+    --limit "${CUH_N:-16}" --reps 1 --jobs "${JOBS:-8}" 2>&1 | tee "$OUT/cu_headers.txt"
+fi
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -29,11 +29,14 @@ def corpus(tmp_path_factory):
     return f
 
 
-def audit(corpus, journal, *extra, wait=True):
+def audit(corpus, journal, *extra, wait=True, tmpdir=None):
+    """Run `kverify audit`; ``tmpdir`` becomes its TMPDIR, which marks it and every process it
+    starts (see ours())."""
     cmd = [sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(journal), "--device", "cpu", *extra]
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -46,12 +49,29 @@ def committed(journal) -> int:
         return 0
 
 
-def no_orphans(pattern: str, within: float = 20.0) -> bool:
-    """True once no process matches ``pattern``: orphans notice their parent's death within a
-    second of their lifeline starting, which a process still importing torch starts later."""
+def ours(tmpdir) -> list[int]:
+    """Live processes whose environment has TMPDIR=``tmpdir`` (the audit started with it and all
+    its descendants: stage processes, workers) — not those of another test run on the machine."""
+    key = f"TMPDIR={tmpdir}".encode()
+    pids = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                with open(f"/proc/{e}/environ", "rb") as f:
+                    if key in f.read().split(b"\0"):
+                        pids.append(int(e))
+            except OSError:
+                continue
+    return pids
+
+
+def no_orphans(tmpdir, within: float = 20.0) -> bool:
+    """True once no process of the audit run with ``tmpdir`` is left: orphans notice their
+    parent's death within a second of their lifeline starting, which a process still importing
+    torch starts later."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if not subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip():
+        if not ours(tmpdir):
             return True
         time.sleep(0.5)
     return False
@@ -74,7 +94,9 @@ def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
     assert classes["ex/broken"] == "UNJUDGED" and "not valid Python" in reasons["ex/broken"]
 
     killed = tmp_path / "killed.sqlite"
-    p = audit(corpus, killed, wait=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = audit(corpus, killed, wait=False, tmpdir=tmp)
     deadline = time.monotonic() + 300
     while committed(killed) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -83,7 +105,7 @@ def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
     p.wait()
     n_at_kill = committed(killed)
     assert 2 <= n_at_kill < 5
-    assert no_orphans("kverify._internal.worker")
+    assert no_orphans(tmp)
     audit(corpus, killed)
     assert Journal(killed).rows() == rows
 
@@ -91,14 +113,16 @@ def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
 def test_pipeline_killed_and_resumed_equals_the_sequential_run(corpus, whole, tmp_path):
     """--jobs/--compile-jobs (precompile pool feeding a check pool): same journal, no orphans."""
     j = tmp_path / "pipe.sqlite"
-    p = audit(corpus, j, "--jobs", "2", "--compile-jobs", "2", wait=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = audit(corpus, j, "--jobs", "2", "--compile-jobs", "2", wait=False, tmpdir=tmp)
     deadline = time.monotonic() + 300
     while committed(j) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert committed(j) < 5
-    assert no_orphans("kverify._internal.worker|multiprocessing.spawn")  # stage processes and their workers
+    assert no_orphans(tmp)  # stage processes and their workers
     audit(corpus, j, "--jobs", "2", "--compile-jobs", "2")
     assert Journal(j).rows() == Journal(whole).rows()
 

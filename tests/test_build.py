@@ -160,3 +160,95 @@ def test_build_killed_by_load_timeout_recovers_and_leaves_no_compiler():
         "compiler of the killed build still running"
     second = pre(cand)
     assert second.status == "ok", second.error
+
+
+def test_cuda_build_tries_narrow_then_fast_then_stock_and_replays(tmp_path, monkeypatch):
+    """The tiers of fastbuild's load_inline on a stand-in for torch's (no nvcc needed): the narrow
+    header first, the shim on a compile error, the recorded mode straight away in a later call."""
+    import functools
+
+    import torch.utils.cpp_extension as cpp
+
+    from kverify._internal import fastbuild
+
+    calls, fail = [], {"narrow"}
+    real = cpp.load_inline
+
+    @functools.wraps(real)
+    def fake(**kw):
+        flags = " ".join(kw.get("extra_cuda_cflags") or [])
+        mode = "narrow" if "kv_include" in flags else ("fast" if str(fastbuild.SHIM) in flags else "stock")
+        calls.append(mode)
+        if mode in fail:
+            raise RuntimeError(f"Error building extension '{kw['name']}': cuda.cu(3): error: identifier \"foo\" is undefined")
+        return mode
+
+    monkeypatch.setattr(cpp, "load_inline", fake)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delenv("KVERIFY_PCH_DIR", raising=False)
+    fastbuild.install()
+    kw = dict(name="e", cpp_sources="torch::Tensor f(torch::Tensor x);", functions=["f"],
+              cuda_sources="torch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }")
+    assert cpp.load_inline(**kw) == "fast" and calls == ["narrow", "fast"]
+    (key, entry), = fastbuild.read_state(tmp_path).items()
+    assert entry["mode"] == "fast" and entry["ok"] is True and "foo" in entry["narrow_error"]
+    assert "ATen/ops/empty_like.h" in (tmp_path / f"{key}-narrow" / "kv_include" / "torch" / "types.h").read_text()
+    calls.clear()
+    assert cpp.load_inline(**kw) == "fast" and calls == ["fast"]  # replayed: no narrow try
+
+    calls.clear(), fail.clear()
+    other = dict(kw, cuda_sources=kw["cuda_sources"] + " ")
+    assert cpp.load_inline(**other) == "narrow" and calls == ["narrow"]
+
+    calls.clear(), fail.update({"narrow", "fast", "stock"})
+    bad = dict(kw, cuda_sources=kw["cuda_sources"] + "  ")
+    with pytest.raises(RuntimeError, match="foo"):
+        cpp.load_inline(**bad)
+    assert calls == ["narrow", "fast", "stock"]
+    with pytest.raises(RuntimeError, match="failed before"):  # a diagnosed failure is not rebuilt
+        cpp.load_inline(**bad)
+    assert calls == ["narrow", "fast", "stock"]
+    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "0")
+    calls.clear(), fail.clear()
+    assert cpp.load_inline(**dict(kw, cuda_sources=kw["cuda_sources"] + "   ")) == "fast" and calls == ["fast"]
+
+
+CUDA_CAND = r'''
+import torch
+from torch.utils.cpp_extension import load_inline
+cuda_src = """
+#include <torch/extension.h>
+__global__ void relu_k(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+torch::Tensor relu(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda(), "x must be on the GPU");
+  auto xc = x.contiguous();
+  auto y = torch::empty_like(xc);
+  auto g = torch::zeros({1}, xc.options().requires_grad(true));  // the factory's requires_grad path
+  TORCH_CHECK(g.requires_grad(), "torch::zeros lost requires_grad");
+  int64_t n = xc.numel();
+  relu_k<<<(n + 255) / 256, 256>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
+  return y;
+}
+"""
+_ext = load_inline(name="kv_narrow_gpu", cpp_sources="torch::Tensor relu(torch::Tensor x);",
+                   cuda_sources=cuda_src, functions=["relu"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x)
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_cuda_candidate_builds_narrow_and_passes(tmp_path):
+    """On a GPU: a typical CUDA candidate is built by the narrow step and runs correctly."""
+    from kverify.check import check
+
+    p = precompile(REF, "ref.py", CUDA_CAND, "cand.py", device="cuda", timeout=120)
+    assert p.status == "ok", p.error
+    assert [b["mode"] for b in p.builds.values()] == ["narrow"], p.builds
+    r = check(REF, "ref.py", CUDA_CAND, "cand.py", device="cuda", gates=["G01", "G02", "G07"])
+    assert r["class"] == "CLEAN", [(g["gate"], g["verdict"], g["summary"]) for g in r["gates"]]

@@ -5,26 +5,35 @@ content-addressed folder (kverify.build.cache_dir) and KVERIFY_PCH_DIR set to a 
 all candidates. ``install()`` wraps ``torch.utils.cpp_extension.load_inline`` before the candidate
 is imported:
 
+narrow build (CUDA sources only)
+    The CUDA file finds a header made for its own source (kverify._internal.narrow) as both
+    ``torch/types.h`` and ``torch/extension.h``: torch's Tensor class, the per-operator headers of
+    the operators it calls, and little else. Sources naming torch API it does not serve skip
+    this step; a compile error falls through to the next. (Local measurement, nvcc 13.0, 2 cores:
+    see bench/cu_headers.py and results/compile/cu_headers_local.txt.)
 fast build
     The CUDA sources find kverify's shim ``torch/extension.h`` (``-I``, a host include path; see
     shim/torch/extension.h) instead of the whole C++ frontend, and the generated ``main.cpp`` is
     compiled with ``-include`` of a GCC precompiled ``torch/extension.h`` when one exists for the
-    same flag set. Neither changes a device-code flag: arch, optimisation and math flags the
-    candidate asked for are passed on unchanged. (Local measurement, nvcc 13.0, 2 cores: the CUDA
-    file of a small kernel took 65 s with torch/extension.h and 35 s with torch/types.h; GCC took
-    26 s for main.cpp without a precompiled header.)
+    same flag set (also in the narrow build). Neither changes a device-code flag: arch,
+    optimisation and math flags the candidate asked for are passed on unchanged. (Local
+    measurement, nvcc 13.0, 2 cores: the CUDA file of a small kernel took 65 s with
+    torch/extension.h and 35 s with torch/types.h; GCC took 26 s for main.cpp without a
+    precompiled header.)
 stock build
     When the fast build fails, the same call is built again exactly as stock ``load_inline``
     builds it (in its own folder), so a kernel that needs more than the shim still loads.
 
 Every outcome is written to TORCH_EXTENSIONS_DIR/kverify_build.json, one record per distinct call
-(key NAME-<hash of its arguments>; its folders are KEY and KEY-stock): the mode, whether it built,
-the compiler's first error and the seconds. Later processes of the same
+(key NAME-<hash of its arguments>; its folders are KEY-narrow, KEY and KEY-stock): the mode that
+built it, whether it built, the compiler's first error, the seconds, and the error and seconds of
+each mode tried before it (narrow_error, fast_error, ...). Later processes of the same
 candidate replay the recorded mode, so they find the extension built and never rebuild it, and an
 audit sees a failed build even when the candidate caught the exception and fell back to PyTorch.
 A build that failed with a compiler diagnostic is not tried again in later processes (the same
 error is raised at once); one that failed without a diagnostic (a killed compiler) is.
-Set KVERIFY_FAST_BUILD=0 for stock behaviour (the compile benchmark's baseline).
+Set KVERIFY_FAST_BUILD=0 for stock behaviour (the compile benchmark's baseline),
+KVERIFY_NARROW_HEADERS=0 to leave out the narrow build.
 """
 from __future__ import annotations
 
@@ -39,6 +48,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from kverify._internal import narrow
 
 SHIM = Path(__file__).resolve().parent / "shim"
 STATE_FILE = "kverify_build.json"
@@ -158,6 +169,20 @@ class _BuildLock:
         self.f.close()
 
 
+def _tiers(args: dict, cpp) -> list[tuple[str, dict | None]]:
+    """The build modes to try in order, each with its narrow headers (or None): "narrow"
+    (CUDA sources that kverify._internal.narrow can serve), "fast" (the shim torch/extension.h),
+    "stock" (load_inline unchanged). KVERIFY_NARROW_HEADERS=0 leaves out "narrow"."""
+    tiers: list[tuple[str, dict | None]] = [("fast", None), ("stock", None)]
+    src = args.get("cuda_sources")
+    if src and os.environ.get("KVERIFY_NARROW_HEADERS") != "0":
+        text = src if isinstance(src, str) else "\n".join(src)
+        files = narrow.narrow_files(text, cpp.include_paths()[0])
+        if files is not None:
+            tiers.insert(0, ("narrow", files))
+    return tiers
+
+
 def _unversioned(cpp, name: str) -> None:
     """Forget torch's in-process version of ``name``: every distinct call has its own folder
     here, so the module keeps its name (torch would call a changed second build NAME_v1, and a
@@ -190,52 +215,45 @@ def install() -> None:
         entry = read_state(root).get(key, {})
         if entry.get("ok") is False and entry.get("diagnosed"):  # a compiler diagnostic, not a killed build
             raise RuntimeError(f"{_BUILD_ERROR} '{name}' (kverify: this build failed before): {entry['error']}")
-        if entry.get("mode") != "stock":
-            pch = Path(entry["pch"]) if entry.get("pch") else (None if entry else _pch_header(args))
-            fast = dict(args, build_directory=str(root / key),
-                        extra_cuda_cflags=[*(args.get("extra_cuda_cflags") or []), f"-I{SHIM}"])
-            if pch is not None:
-                fast["extra_cflags"] = [*(args.get("extra_cflags") or []), "-include", str(pch)]
-            (root / key).mkdir(exist_ok=True)
+        tiers = _tiers(args, cpp)
+        modes = [m for m, _ in tiers]
+        if entry.get("mode") in modes:  # replay the recorded mode: its folder holds the built extension
+            tiers = tiers[modes.index(entry["mode"]):]
+        pch = Path(entry["pch"]) if entry.get("pch") else (None if entry else _pch_header(args))
+        for mode, files in tiers:
+            last = mode == "stock"
+            folder = root / (key if mode == "fast" else f"{key}-{mode}")
+            call = dict(args, build_directory=str(folder))
+            if not last:
+                inc = narrow.write_shim(folder / "kv_include", files) if mode == "narrow" else SHIM
+                call["extra_cuda_cflags"] = [*(args.get("extra_cuda_cflags") or []), f"-I{inc}"]
+                if pch is not None:
+                    call["extra_cflags"] = [*(args.get("extra_cflags") or []), "-include", str(pch)]
+            folder.mkdir(exist_ok=True)
             t0 = time.monotonic()
             try:
                 _unversioned(cpp, name)
-                with _BuildLock(root / key):
-                    mod = original(**fast)
+                with _BuildLock(folder):
+                    mod = original(**call)
             except Exception as e:
                 if _BUILD_ERROR not in str(e):
                     raise
-                if pch is None and not args.get("cuda_sources"):  # the fast build was the stock one
-                    err = first_compiler_error(str(e))
-                    _record(root, key, {"mode": "fast", "ok": False, "error": err, "diagnosed": bool(_DIAGNOSTIC.search(err)),
-                                         "seconds": round(time.monotonic() - t0, 3)})
-                    raise
-                entry = {"mode": "stock", "fast_error": first_compiler_error(str(e)),
-                         "fast_seconds": round(time.monotonic() - t0, 3)}
-            else:
-                if entry.get("ok") is not True:
-                    _record(root, key, {"mode": "fast", "ok": True, "pch": str(pch) if pch else None,
-                                         "seconds": round(time.monotonic() - t0, 3)})
-                    if pch is None:
-                        _build_pch(args, root / key)
-                return mod
-        stock = dict(args, build_directory=str(root / f"{key}-stock"))
-        (root / f"{key}-stock").mkdir(exist_ok=True)
-        t0 = time.monotonic()
-        try:
-            _unversioned(cpp, name)
-            with _BuildLock(root / f"{key}-stock"):
-                mod = original(**stock)
-        except Exception as e:
-            if _BUILD_ERROR in str(e):
                 err = first_compiler_error(str(e))
-                _record(root, key, {**entry, "mode": "stock", "ok": False, "error": err,
-                                     "diagnosed": bool(_DIAGNOSTIC.search(err)),
-                                     "seconds": round(time.monotonic() - t0, 3)})
-            raise
-        if entry.get("ok") is not True:
-            _record(root, key, {**entry, "mode": "stock", "ok": True, "seconds": round(time.monotonic() - t0, 3)})
-        return mod
+                # the fast build without a precompiled header and CUDA sources is the stock build
+                if last or (mode == "fast" and pch is None and not args.get("cuda_sources")):
+                    _record(root, key, {**entry, "mode": mode, "ok": False, "error": err,
+                                        "diagnosed": bool(_DIAGNOSTIC.search(err)),
+                                        "seconds": round(time.monotonic() - t0, 3)})
+                    raise
+                entry = {**entry, f"{mode}_error": err, f"{mode}_seconds": round(time.monotonic() - t0, 3)}
+                continue
+            if entry.get("ok") is not True:
+                _record(root, key, {**entry, "mode": mode, "ok": True, "pch": str(pch) if pch and not last else None,
+                                    "seconds": round(time.monotonic() - t0, 3)})
+                if pch is None and not last:
+                    _build_pch(args, folder)
+            return mod
+        raise AssertionError("unreachable: the stock tier returns or raises")
 
     load_inline._kverify = True
     load_inline.__doc__ = original.__doc__
