@@ -127,6 +127,9 @@ def main() -> int:
                "stock_median_s": statistics.median(st) if st else None, "stock_p90_s": pct(st, 0.9),
                "ours_median_s": statistics.median(ou) if ou else None, "ours_p90_s": pct(ou, 0.9),
                "python": sys.version.split()[0]}
+    built_by = [b.get("mode", "?") for o in ours for b in o["builds"].values() if b.get("ok")]
+    summary["built_by"] = {m: built_by.count(m) for m in ("narrow", "fast", "stock")}
+    summary["narrow_fallbacks"] = sum(1 for o in ours for b in o["builds"].values() if "narrow_error" in b)
     if st and ou:
         summary["median_ratio_stock_over_ours"] = round(summary["stock_median_s"] / summary["ours_median_s"], 2)
     if a.json:
@@ -142,6 +145,8 @@ def main() -> int:
     print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
     print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
     print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
+    print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
+          + f" (fell back from narrow: {summary['narrow_fallbacks']})")
     shutil.rmtree(root, ignore_errors=True)
     return 0
 
