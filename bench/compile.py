@@ -12,7 +12,9 @@ empty cache:
 Both pools start together with the same number of processes; the kverify pool finishes first,
 after which the stock builds have the machine to themselves (which favours stock).
 Printed: median and p90 seconds per candidate for each, their ratio, and per candidate whether
-the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists)
+the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists),
+whether the host functions the CUDA source defines make the same calls (bench/cu_headers.py's
+host_code on both ``cuda.cuda.o``)
 and how the nvcc command lines differ (expected: only kverify's -I folder of the narrow header or shim).
 
 Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT]
@@ -33,6 +35,9 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cu_headers import host_code  # noqa: E402  (the host-code comparison, shared)
 
 
 def _init(cache: str, stock: bool) -> None:
@@ -69,21 +74,28 @@ def _cuda_flags(build: Path) -> list[str]:
 
 def compare_builds(stock_dir: Path, ours_dir: Path) -> dict:
     """Device code and nvcc flags of the two builds of one candidate."""
-    out = {"sass_identical": None, "flag_diff": []}
+    out = {"sass_identical": None, "host_identical": None, "flag_diff": []}
     # stock builds live in EXT_DIR/NAME; kverify's in NAME-<12 hex digits of the call>[-narrow|-stock]
     ext = lambda folder: re.sub(r"(-[0-9a-f]{12})?(-narrow|-stock)?$", "", folder)  # noqa: E731
     stock = {ext(p.parent.name): p for p in stock_dir.glob("*/*.so")}
     ours = {ext(p.parent.name): p for p in ours_dir.glob("*/*.so")}
-    same = []
+    same, host = [], []
     for name, so in stock.items():
         if name not in ours:
             continue
         a, b = _sass(so), _sass(ours[name])
         if a is not None and b is not None:
             same.append(a == b)
+        objs = [next(iter(sorted(d.parent.glob("*.cuda.o"))), None) for d in (so, ours[name])]
+        src = so.parent / "cuda.cu"
+        if all(objs) and src.exists():  # the host functions the CUDA source defines: same calls?
+            ha, hb = host_code(objs[0], src.read_text()), host_code(objs[1], src.read_text())
+            if ha is not None:
+                host.append(ha == hb)
         fa, fb = _cuda_flags(so.parent), _cuda_flags(ours[name].parent)
         out["flag_diff"] += [f"+{f}" for f in fb if f not in fa] + [f"-{f}" for f in fa if f not in fb]
     out["sass_identical"] = all(same) if same else None
+    out["host_identical"] = all(host) if host else None
     return out
 
 
@@ -135,12 +147,12 @@ def main() -> int:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({"summary": summary, "candidates": table}, indent=1))
-    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'mode':>10} {'same SASS':>9}  flag diff / status")
+    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'mode':>10} {'same SASS':>9} {'same host':>9}  flag diff / status")
     for t in table:
         note = " ".join(t.get("flag_diff", [])) if t["stock_status"] == t["ours_status"] == "ok" else \
             f"stock {t['stock_status']}, ours {t['ours_status']}: {' | '.join(t['errors'])[:80]}"
         print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['ours_mode']:>10} "
-              f"{str(t.get('sass_identical', '-')):>9}  {note[:90]}")
+              f"{str(t.get('sass_identical', '-')):>9} {str(t.get('host_identical', '-')):>9}  {note[:90]}")
     print(f"\ncompile per candidate, {len(ok)} candidates built by both, {half} at a time per mode, same run:")
     print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
     print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")

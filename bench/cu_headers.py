@@ -11,12 +11,18 @@ CUDA sources of the first N load_inline candidates (fixed order by a hash of the
 ``cuda_sources`` are string constants in the file. Needs nvcc and torch's headers (a CPU torch
 wheel has them); no GPU.
 
+It also compares the host code the source itself defines (``objdump -d -r``: same calls, same
+relocation targets). Controls that must show a difference: bench/narrow_controls/*.cu (pass them
+with --source).
+
     python bench/cu_headers.py [--reps 2] [--arch 90] [--corpus FILE --limit 8] [--jobs 1]
+                               [--source bench/narrow_controls/overload_var_std.cu ...] [--narrow-only]
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import hashlib
 import json
 import os
@@ -91,11 +97,61 @@ def device_code(obj: Path) -> str | None:
     return "\n".join(p.read_bytes().hex() if p.suffix == ".cubin" else p.read_text() for p in parts) or None
 
 
+_ADDR = re.compile(r"\b[0-9a-f]+ <([^>]*)>")
+
+
+def _last_name(symbol: str) -> str:
+    """The function's own name in a demangled symbol ("ns::f<T>(args)" -> "f")."""
+    head, depth = [], 0
+    for ch in symbol:  # the part before the first "(" outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            break
+        elif depth == 0:
+            head.append(ch)
+    words = re.findall(r"\w+", "".join(head))
+    return words[-1] if words else ""
+
+
+def host_code(obj: Path, source: str) -> dict[str, str] | None:
+    """The host functions ``source`` itself defines (section .text, named in the source, and the
+    kernels' launch stubs) as {symbol: instructions with their relocations} (``objdump -d -r -C``;
+    addresses and .rodata offsets dropped); None without objdump. Two objects with equal dicts
+    call the same functions the same way: an overload resolved differently shows as another
+    relocation target. (Header code is left out: it differs with the header set by design.)"""
+    tool = shutil.which("objdump")
+    if not tool:
+        return None
+    names = set(re.findall(r"\b[A-Za-z_]\w*", source))
+    out = subprocess.run([tool, "-d", "-r", "-C", "--no-show-raw-insn", str(obj)], capture_output=True, text=True).stdout
+    funcs: dict[str, list[str]] = {}
+    cur, section = None, ""
+    for ln in out.splitlines():
+        sec = re.match(r"^Disassembly of section (\S+):$", ln)
+        if sec:
+            section, cur = sec.group(1), None
+            continue
+        head = re.match(r"^[0-9a-f]+ <(.+)>:$", ln)
+        if head:
+            sym = head.group(1)
+            own = section == ".text" and (_last_name(sym) in names or sym.startswith("__device_stub__"))
+            cur = funcs.setdefault(sym, []) if own else None
+        elif cur is not None and ln.strip():
+            body = ln.split(":", 1)[1] if re.match(r"^\s*[0-9a-f]+:", ln) else ln
+            body = re.sub(r"(\.rodata[\w.]*)\+0x[0-9a-f]+", r"\1", _ADDR.sub(r"<\1>", body))
+            cur.append(body.strip())
+    return {k: "\n".join(v) for k, v in funcs.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--arch", default="90")
     ap.add_argument("--corpus", default=None, help="JSONL of candidates (field 'candidate'); default: embedded source")
+    ap.add_argument("--source", action="append", default=[], help="a .cu file to compare as well (repeatable)")
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1, help="compiles at once (default 1)")
     ap.add_argument("--narrow-only", action="store_true",
@@ -116,6 +172,7 @@ def main() -> int:
         rows = [json.loads(ln) for ln in open(a.corpus) if ln.strip()]
         rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
         srcs = [(r["id"], s) for r in rows if (s := cuda_sources(r.get("candidate", ""))) is not None][: a.limit]
+    srcs += [(f, Path(f).read_text()) for f in a.source]
     inc = cpp.include_paths()
     flags = ["-std=c++17", *[x for p in inc for x in ("-isystem", p)], "-D__CUDA_NO_HALF_OPERATORS__",
              "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
@@ -149,7 +206,7 @@ def main() -> int:
         results = list(pool.map(compile_one, items))
     print(f"nvcc {subprocess.run([nvcc, '--version'], capture_output=True, text=True).stdout.split()[-1]}, "
           f"torch {torch.__version__}, {os.cpu_count()} cores, sm_{a.arch}, {a.reps} rep(s) each, {a.jobs} at a time")
-    print(f"{'source':52} {'fast s':>7} {'narrow s':>9} {'ratio':>6} {'same code':>9}   "
+    print(f"{'source':52} {'fast s':>7} {'narrow s':>9} {'ratio':>6} {'same code':>9}  same host code   "
           f"(device code: {'cuobjdump -sass' if shutil.which('cuobjdump') else 'PTX + cubin kept by nvcc'})")
     per: dict[str, dict[str, list]] = {n: {} for n, _ in srcs}
     for name, mode, sec, rc, err, obj in results:
@@ -188,7 +245,12 @@ def main() -> int:
             continue
         nm = statistics.median(s for s, *_ in n)
         same = device_code(f[0][3]), device_code(n[0][3])
-        print(f"{name[:52]:52} {fm:7.1f} {nm:9.1f} {fm / nm:6.2f} {str(same[0] == same[1]) if same[0] is not None else '-':>9}")
+        src_text = next(t for nm_, t in srcs if nm_ == name)
+        hf, hn = host_code(f[0][3], src_text), host_code(n[0][3], src_text)
+        host = "-" if hf is None else ("True" if hf == hn else
+                                      "False: " + ", ".join(sorted(k for k in set(hf) | set(hn) if hf.get(k) != hn.get(k)))[:60])
+        print(f"{name[:52]:52} {fm:7.1f} {nm:9.1f} {fm / nm:6.2f} {str(same[0] == same[1]) if same[0] is not None else '-':>9}"
+              f"  {host}")
         fast_all.append(fm), narrow_all.append(nm)
     if fast_all:
         print(f"median per source: fast {statistics.median(fast_all):.1f} s, narrow (incl. fallbacks) "

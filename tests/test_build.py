@@ -186,6 +186,7 @@ def test_cuda_build_tries_narrow_then_fast_then_stock_and_replays(tmp_path, monk
     monkeypatch.setattr(cpp, "load_inline", fake)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.delenv("KVERIFY_PCH_DIR", raising=False)
+    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")  # opt-in (not proven to build the same thing)
     fastbuild.install()
     kw = dict(name="e", cpp_sources="torch::Tensor f(torch::Tensor x);", functions=["f"],
               cuda_sources="torch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }")
@@ -208,9 +209,14 @@ def test_cuda_build_tries_narrow_then_fast_then_stock_and_replays(tmp_path, monk
     with pytest.raises(RuntimeError, match="failed before"):  # a diagnosed failure is not rebuilt
         cpp.load_inline(**bad)
     assert calls == ["narrow", "fast", "stock"]
-    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "0")
-    calls.clear(), fail.clear()
-    assert cpp.load_inline(**dict(kw, cuda_sources=kw["cuda_sources"] + "   ")) == "fast" and calls == ["fast"]
+    for off in ("0", None):  # off by default
+        if off is None:
+            monkeypatch.delenv("KVERIFY_NARROW_HEADERS")
+        else:
+            monkeypatch.setenv("KVERIFY_NARROW_HEADERS", off)
+        calls.clear(), fail.clear()
+        kw["cuda_sources"] += " "
+        assert cpp.load_inline(**dict(kw, cuda_sources=kw["cuda_sources"] + "   ")) == "fast" and calls == ["fast"]
 
 
 CUDA_CAND = r'''
@@ -243,10 +249,12 @@ class ModelNew(torch.nn.Module):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_cuda_candidate_builds_narrow_and_passes(tmp_path):
-    """On a GPU: a typical CUDA candidate is built by the narrow step and runs correctly."""
+def test_cuda_candidate_builds_narrow_and_passes(tmp_path, monkeypatch):
+    """On a GPU, narrow step on (KVERIFY_NARROW_HEADERS=1): a typical CUDA candidate is built by
+    it and runs correctly."""
     from kverify.check import check
 
+    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")
     p = precompile(REF, "ref.py", CUDA_CAND, "cand.py", device="cuda", timeout=120)
     assert p.status == "ok", p.error
     assert [b["mode"] for b in p.builds.values()] == ["narrow"], p.builds

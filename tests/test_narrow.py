@@ -76,3 +76,21 @@ def test_host_code_compiles_against_it_and_a_missing_name_is_an_error(tmp_path):
     # a header made for another source lacks sigmoid: a compile error, never another overload
     r = _gxx(tmp_path, narrow_files("auto y = torch::empty({1});", INC), "at::Tensor f(at::Tensor x) { return at::sigmoid(x); }")
     assert r.returncode != 0 and "sigmoid" in r.stderr
+
+
+def test_scanner_skips_literals_and_comments_in_linear_time():
+    """A name hidden in a literal is no use; one after a literal is (review findings: "//" inside a
+    string, raw strings, char literals, digit separators, line splices); no input is slow."""
+    import time
+
+    from kverify._internal.narrow import _code
+
+    assert _code('f("see https://x"); torch::empty_like(x);') == 'f(""); torch::empty_like(x);'
+    assert _code('R"(a"b)" torch::zeros(1); L\'"\' g(); int n = 1\'000; h();') == \
+        '"" torch::zeros(1); L\'\' g(); int n = 1\'000; h();'
+    assert _code("auto y = torch::\\\nempty_like(x); /* c */ z") == "auto y = torch::empty_like(x);   z"
+    t = time.monotonic()
+    _code("/*" * 200000), _code('"' * 200001), _code('R"(' * 100000)
+    assert time.monotonic() - t < 5
+    # torch::empty_like keeps torch's wrapper even when the scan never saw the name
+    assert "inline at::Tensor empty_like(" in narrow_header("auto y = x + 1;", INC)

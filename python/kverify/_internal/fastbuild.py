@@ -5,12 +5,13 @@ content-addressed folder (kverify.build.cache_dir) and KVERIFY_PCH_DIR set to a 
 all candidates. ``install()`` wraps ``torch.utils.cpp_extension.load_inline`` before the candidate
 is imported:
 
-narrow build (CUDA sources only)
+narrow build (CUDA sources only; OFF unless KVERIFY_NARROW_HEADERS=1)
     The CUDA file finds a header made for its own source (kverify._internal.narrow) as both
     ``torch/types.h`` and ``torch/extension.h``: torch's Tensor class, the per-operator headers of
     the operators it calls, and little else. Sources naming torch API it does not serve skip
-    this step; a compile error falls through to the next. (Local measurement, nvcc 13.0, 2 cores:
-    see bench/cu_headers.py and results/compile/cu_headers_local.txt.)
+    this step; a compile error falls through to the next. 3.5x faster on the CUDA file (local,
+    bench/cu_headers.py), but NOT proven to build the same thing: a subset of torch's declarations
+    can change overload resolution silently (see kverify._internal.narrow), hence opt-in.
 fast build
     The CUDA sources find kverify's shim ``torch/extension.h`` (``-I``, a host include path; see
     shim/torch/extension.h) instead of the whole C++ frontend, and the generated ``main.cpp`` is
@@ -33,7 +34,7 @@ audit sees a failed build even when the candidate caught the exception and fell 
 A build that failed with a compiler diagnostic is not tried again in later processes (the same
 error is raised at once); one that failed without a diagnostic (a killed compiler) is.
 Set KVERIFY_FAST_BUILD=0 for stock behaviour (the compile benchmark's baseline),
-KVERIFY_NARROW_HEADERS=0 to leave out the narrow build.
+KVERIFY_NARROW_HEADERS=1 to try the narrow build first.
 """
 from __future__ import annotations
 
@@ -171,11 +172,11 @@ class _BuildLock:
 
 def _tiers(args: dict, cpp) -> list[tuple[str, dict | None]]:
     """The build modes to try in order, each with its narrow headers (or None): "narrow"
-    (CUDA sources that kverify._internal.narrow can serve), "fast" (the shim torch/extension.h),
-    "stock" (load_inline unchanged). KVERIFY_NARROW_HEADERS=0 leaves out "narrow"."""
+    (only with KVERIFY_NARROW_HEADERS=1, for CUDA sources that kverify._internal.narrow serves),
+    "fast" (the shim torch/extension.h), "stock" (load_inline unchanged)."""
     tiers: list[tuple[str, dict | None]] = [("fast", None), ("stock", None)]
     src = args.get("cuda_sources")
-    if src and os.environ.get("KVERIFY_NARROW_HEADERS") != "0":
+    if src and os.environ.get("KVERIFY_NARROW_HEADERS") == "1":
         text = src if isinstance(src, str) else "\n".join(src)
         files = narrow.narrow_files(text, cpp.include_paths()[0])
         if files is not None:

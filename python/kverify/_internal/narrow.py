@@ -10,17 +10,31 @@ empty 210, zeros 206, empty_like 165, zeros_like 140; every other name in under 
 source uses: ``ATen/core/Tensor.h`` (the Tensor class with all its methods), the free tensor
 operators, TORCH_CHECK, and the per-operator header ``ATen/ops/<name>.h`` of every identifier in
 the source that is called and names an operator (qualified or not: an unqualified call on a Tensor
-finds ``at::<name>`` by argument-dependent lookup, so its declaration must be there too). The
-``torch::`` factories (empty, zeros, ... with their requires_grad handling) come from torch's own
-``variable_factories.h`` when the source calls one. The source gets None — build it with the
-full headers — when it names something else under ``torch::`` / ``at::`` / ``c10::`` that this
-header does not declare.
+finds ``at::<name>`` by argument-dependent lookup, so its declaration must be there too), each
+as torch's installed header minus its includes of HEAVY_PREAMBLE. Every ``torch::`` factory whose
+operator header is included gets torch's own overload set, rewritten from the installed
+``variable_factories.h`` without ``autograd/variable.h`` (factory_wrappers). The source gets None
+— build it with the full headers — when it names something else under ``torch::`` / ``at::`` /
+``c10::`` that this header does not declare. Comments and literals are skipped by a linear
+scanner (_code), so a name in a message is not a use and no input makes the scan slow.
 
-Why this cannot change what is built: every declaration the narrow header gives is torch's own (it
-only includes torch's headers, plus the ``torch::`` aliases torch/types.h defines); a name the
-source needs and the header lacks is a compile error, never another overload, because each called
-operator's whole overload set is included. The build falls back to the full headers on any error
-(kverify._internal.fastbuild). Device-code flags are untouched.
+What it does NOT guarantee (found by an adversarial review, reproduced with nvcc; kept opt-in,
+KVERIFY_NARROW_HEADERS=1, for that reason): a subset of torch's declarations can change what a
+source means without a compile error —
+- an overload defined only in ATen/Functions.h (``at::var(x, int dim)``, ``std``, ``var_mean``,
+  ``std_mean``) is missing, so ``torch::var(x, 1)`` binds to ``var(x, bool unbiased)``;
+- argument-dependent lookup can reach c10 functions in headers left out (``c10::load`` from
+  c10/util/Load.h beats a user's ``load`` for ``c10::Half*`` in the full set, not here) — device
+  code differs;
+- macros of left-out headers (``CHECK``/``LOG`` of c10/util/Logging.h, ``TORCH_VERSION_*`` of
+  torch/version.h — the fast build lacks that one too) change ``#ifdef`` branches;
+- a user function colliding with a left-out declaration (``numel``) is ambiguous in the full set
+  (stock fails to build) but compiles here.
+Only a declaration index of the full header set (every declaration of every name the source
+uses) or an object comparison against the full build would make it sound. Sources calling
+``Tensor::type()`` are refused (their AT_DISPATCH needs a conversion only the full set declares).
+The build falls back to the full headers on any compile error (kverify._internal.fastbuild).
+Device-code flags are untouched.
 """
 from __future__ import annotations
 
@@ -53,8 +67,7 @@ TORCH_FACTORIES = frozenset({
 })
 _QUALIFIED = re.compile(r"\b(torch|at|c10)\s*::\s*(\w+)")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;()]*>)?\s*\(")
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+_RAW_OPEN = re.compile(r'R"([^()\\\s]{0,16})\(')
 
 
 @lru_cache(maxsize=4)
@@ -65,9 +78,47 @@ def operator_names(include_dir: str) -> frozenset[str]:
     return frozenset(p.stem for p in ops.glob("*.h") if not p.stem.endswith(suffixes) and "_dispatch" not in p.stem)
 
 
+def _in_number(text: str, i: int) -> bool:
+    """True when text[i] continues a numeric literal (the word before it starts with a digit)."""
+    j = i
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_'."):
+        j -= 1
+    return j < i and text[j].isdigit()
+
+
 def _code(text: str) -> str:
-    """The source without comments and string literals (a name in a message is not a use)."""
-    return _STRING.sub('""', _COMMENT.sub(" ", text))
+    """The source as code only, in one linear pass: line splices (backslash-newline) joined,
+    comments replaced by a space, string, raw-string and character literals by empty ones
+    (a name in a message is not a use). An unterminated comment or literal ends the text."""
+    text = text.replace("\\\r\n", "").replace("\\\n", "")
+    out: list[str] = []
+    i, n, start = 0, len(text), 0
+    while i < n:
+        c = text[i]
+        if c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            out.append(text[start:i] + " ")
+            i = start = n if j < 0 else j
+        elif c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            out.append(text[start:i] + " ")
+            i = start = n if j < 0 else j + 2
+        elif c == "R" and text.startswith('R"', i) and (m := _RAW_OPEN.match(text, i)):
+            j = text.find(")" + m.group(1) + '"', m.end())
+            out.append(text[start:i] + '""')
+            i = start = n if j < 0 else j + len(m.group(1)) + 2
+        elif c == "'" and _in_number(text, i):  # a digit separator (1'000'000), not a literal
+            i += 1
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[start:i] + c + c)
+            i = start = min(j + 1, n)
+        else:
+            i += 1
+    out.append(text[start:])
+    return "".join(out)
 
 
 #: includes of every ATen/ops/<name>.h that none of its declarations needs (measured: ATen/ops/
@@ -143,12 +194,18 @@ def narrow_files(cuda_text: str, include_dir: str) -> dict[str, str] | None:
             return None
     needed |= {n for n in _CALLED.findall(code) if n in ops}
     wrappers, odd = factory_wrappers(include_dir)
-    factories = sorted(n for n in needed if n in wrappers or n in odd)
-    heavy_factories = [n for n in factories if n not in wrappers]
-    light = [] if heavy_factories else factories
-    for n in light:  # the at:: operators the wrappers call
-        needed |= {c.removesuffix("_symint") for w in wrappers[n] for c in _AT_CALL.findall(w)} & ops
     needed.add("empty_like")  # ATen/TensorOperators.h includes it
+    # every factory whose header is included gets torch's wrapper, named in the source or not:
+    # torch::X must never fall through to at::X (a name the scan missed would do that)
+    while True:
+        light = sorted(n for n in needed if n in wrappers)
+        more = {c.removesuffix("_symint") for n in light for w in wrappers[n] for c in _AT_CALL.findall(w)} & ops
+        if more <= needed:
+            break
+        needed |= more
+    heavy_factories = [n for n in needed if n in odd]
+    if heavy_factories:
+        light = []
     lines = [
         "// kverify narrow torch header (kverify/_internal/narrow.py): generated for one extension's",
         "// CUDA sources; serves <torch/types.h> and <torch/extension.h> there. Full headers on any error.",
