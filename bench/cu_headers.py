@@ -11,7 +11,8 @@ CUDA sources of the first N load_inline candidates (fixed order by a hash of the
 ``cuda_sources`` are string constants in the file. Needs nvcc and torch's headers (a CPU torch
 wheel has them); no GPU.
 
-It also compares the host code the source itself defines (``objdump -d -r``: same calls, same
+With --stock it also builds with torch's own headers (stock load_inline) and compares both
+against that. It also compares the host code the source itself defines (``objdump -d -r``: same calls, same
 relocation targets). Controls that must show a difference: bench/narrow_controls/*.cu (pass them
 with --source).
 
@@ -154,6 +155,9 @@ def main() -> int:
     ap.add_argument("--source", action="append", default=[], help="a .cu file to compare as well (repeatable)")
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1, help="compiles at once (default 1)")
+    ap.add_argument("--stock", action="store_true",
+                    help="also compile with torch's own torch/extension.h (what stock load_inline uses) and "
+                         "compare the fast and narrow builds' device and host code with it")
     ap.add_argument("--narrow-only", action="store_true",
                     help="compile only with the narrow header: how many sources it serves and compiles (no ratio)")
     a = ap.parse_args()
@@ -174,7 +178,10 @@ def main() -> int:
         srcs = [(r["id"], s) for r in rows if (s := cuda_sources(r.get("candidate", ""))) is not None][: a.limit]
     srcs += [(f, Path(f).read_text()) for f in a.source]
     inc = cpp.include_paths()
-    flags = ["-std=c++17", *[x for p in inc for x in ("-isystem", p)], "-D__CUDA_NO_HALF_OPERATORS__",
+    import sysconfig
+
+    # include folders as load_inline passes them: torch's and Python's (torch/extension.h needs Python.h)
+    flags = ["-std=c++17", *[x for p in [*inc, sysconfig.get_paths()["include"]] for x in ("-isystem", p)], "-D__CUDA_NO_HALF_OPERATORS__",
              "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
              "--expt-relaxed-constexpr", f"-gencode=arch=compute_{a.arch},code=sm_{a.arch}",
              "--compiler-options", "-fPIC", "-DTORCH_EXTENSION_NAME=bench",
@@ -189,6 +196,8 @@ def main() -> int:
         modes = {} if a.narrow_only else {"fast": str(SHIM)}
         if files is not None:
             modes["narrow"] = str(write_shim(d / "narrow", files))
+        if a.stock and not a.narrow_only:
+            modes["stock"] = ""  # no -I: torch's own headers
         work.append((name, d, modes))
 
     def compile_one(item):
@@ -197,7 +206,8 @@ def main() -> int:
         keep = d / f"{mode}.{rep}.keep"
         keep.mkdir()
         t = time.perf_counter()
-        r = subprocess.run([nvcc, "-c", str(d / "cuda.cu"), "-o", str(obj), f"-I{shim}", "--keep",
+        inc_flag = [f"-I{shim}"] if shim else []
+        r = subprocess.run([nvcc, "-c", str(d / "cuda.cu"), "-o", str(obj), *inc_flag, "--keep",
                             "--keep-dir", str(keep), *flags], capture_output=True, text=True)
         return name, mode, time.perf_counter() - t, r.returncode, r.stderr, obj
 
@@ -225,6 +235,27 @@ def main() -> int:
               f"with the narrow header (median {statistics.median(ok) if ok else float('nan'):.1f} s)")
         shutil.rmtree(root, ignore_errors=True)
         return 0
+    if a.stock:
+        print(f"\nagainst torch's own headers (stock): {'source':44} {'stock s':>7}  fast: same device/host   "
+              f"narrow: same device/host")
+        for name, modes in per.items():
+            st = modes.get("stock", [])
+            if not st or any(rc for _, rc, _, _ in st):
+                print(f"{name[:44]:44} stock build fails")
+                continue
+            src_text = next(t for nm_, t in srcs if nm_ == name)
+            ref = (device_code(st[0][3]), host_code(st[0][3], src_text))
+            cells = []
+            for m in ("fast", "narrow"):
+                got = modes.get(m, [])
+                if not got or any(rc for _, rc, _, _ in got):
+                    cells.append(f"{m} {'fails' if got else 'not served'}")
+                    continue
+                dv, hs = device_code(got[0][3]), host_code(got[0][3], src_text)
+                bad = sorted(k for k in set(ref[1] or {}) | set(hs or {}) if (ref[1] or {}).get(k) != (hs or {}).get(k))
+                cells.append(f"{dv == ref[0]}/{hs == ref[1]}{(' ' + ', '.join(bad)[:40]) if bad else ''}")
+            print(f"{name[:44]:44} {statistics.median(x for x, *_ in st):7.1f}  {cells[0]:24} {cells[1]}")
+        print()
     fast_all, narrow_all = [], []
     for name, modes in per.items():
         f = modes["fast"]
