@@ -70,11 +70,9 @@ def test_a_load_error_stops_the_background_worker(tmp_path):
     assert _workers_of(tmp_path / "work") == []
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
-def test_sigkill_during_a_slow_load_leaves_no_worker(tmp_path):
-    """kverify killed with SIGKILL while its workers are still loading a candidate (a long
-    compile, here a sleep at import): the workers end within seconds, not when the load ends."""
-    import signal
+def _slow_check(tmp_path: Path, **popen):
+    """`kverify check` on a candidate that sleeps 60 s at import, with TMPDIR=tmp_path/tmp (which
+    marks its workers); returns (process, tmp) once a worker has started."""
     import subprocess
     import sys
 
@@ -84,12 +82,22 @@ def test_sigkill_during_a_slow_load_leaves_no_worker(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "kverify", "check", str(RELU / "reference.py"), str(cand),
-                             "--device", "cpu"], env={**os.environ, "TMPDIR": str(tmp)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--device", "cpu"], env={**os.environ, "TMPDIR": str(tmp)}, **popen)
     deadline = time.monotonic() + 60
     while not _workers_of(tmp) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _workers_of(tmp), "no worker started"
+    return proc, tmp
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_sigkill_during_a_slow_load_leaves_no_worker(tmp_path):
+    """kverify killed with SIGKILL while its workers are still loading a candidate (a long
+    compile, here a sleep at import): the workers end within seconds, not when the load ends."""
+    import signal
+    import subprocess
+
+    proc, tmp = _slow_check(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # let the workers reach their import of the candidate
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -104,20 +112,8 @@ def test_sigterm_says_interrupted_and_leaves_no_worker(tmp_path):
     """SIGTERM (a batch runner's timeout) or Ctrl-C: exit 130, one line saying so, no worker left."""
     import signal
     import subprocess
-    import sys
 
-    cand = tmp_path / "slow.py"
-    cand.write_text(HEAD + "time.sleep(60)\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-                           "        return torch.relu(x)\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "kverify", "check", str(RELU / "reference.py"), str(cand),
-                             "--device", "cpu"], env={**os.environ, "TMPDIR": str(tmp)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not _workers_of(tmp) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _workers_of(tmp), "no worker started"
+    proc, tmp = _slow_check(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err

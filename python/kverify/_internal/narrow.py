@@ -56,8 +56,6 @@ SERVED_TYPES = frozenset({
     "toString", "typeMetaToScalarType", "scalarTypeToTypeMeta", "isFloatingType", "isComplexType",
     "isIntegralType", "CppTypeToScalarType", "impl", "detail", "cuda",
 })
-#: names whose header the source includes itself when it uses them (at::cuda::..., c10::cuda::...)
-_NAMESPACES = ("cuda",)
 #: the usual factories torch:: wraps with its own requires_grad handling (the full list is read
 #: from torch's variable_factories.h; this one stands in when that file is missing)
 TORCH_FACTORIES = frozenset({
