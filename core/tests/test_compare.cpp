@@ -5,6 +5,7 @@
 
 #include "kverify/compare/compare.hpp"
 #include "kverify/synth/synth.hpp"
+#include "expect_stats.hpp"
 
 using namespace kverify;
 using compare::Bound;
@@ -191,4 +192,107 @@ TEST(Compare, HalfPairsChunkedAgreesWithScalar) {
     EXPECT_NEAR(a.sum_sq_err, s.sum_sq_err, 1e-5 * s.sum_sq_err);
     EXPECT_GT(a.max_ulp, 0u);
   }
+}
+
+namespace {
+/// Bits of v rounded to dtype t (runtime dtype).
+uint64_t round_rt(DType t, double v) {
+  switch (t) {
+    case DType::F64: return bits::round_bits<DType::F64>(v);
+    case DType::F32: return bits::round_bits<DType::F32>(v);
+    case DType::F16: return bits::round_bits<DType::F16>(v);
+    default: return bits::round_bits<DType::BF16>(v);
+  }
+}
+
+/// The values as a contiguous tensor (chunk path) and as a stride-2 view (scalar step() path).
+struct TwoLayouts {
+  std::vector<uint8_t> dense, spread;
+  TensorView dense_view, spread_view;
+  TwoLayouts(DType t, const std::vector<double>& v) {
+    const int sz = dtype_size(t);
+    const int64_t n = static_cast<int64_t>(v.size());
+    dense.assign(n * sz, 0);
+    spread.assign(2 * n * sz, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      bits::store_raw(dense.data(), i, sz, round_rt(t, v[i]));
+      bits::store_raw(spread.data(), 2 * i, sz, round_rt(t, v[i]));
+    }
+    dense_view = contiguous_view(dense.data(), t, {n});
+    spread_view = make_view(spread.data(), t, Device::CPU, 0, {n}, {2});
+  }
+};
+
+/// Scenarios that drive the lean chunk step through each of its branches: errors growing with the
+/// index (every chunk re-walked), many exact ties, zero oracles (infinite relative error), values
+/// whose fp32 squares overflow or underflow (fp64 fallback for 16-bit pairs), signed zeros, errors
+/// too small to square in fp32 beside exact large values, and
+/// scattered NaN/Inf. Returns (candidate, oracle) values.
+std::pair<std::vector<double>, std::vector<double>> scenario(int k, int n) {
+  std::vector<double> c(n), o(n);
+  for (int i = 0; i < n; ++i) {
+    const double base = std::sin(0.37 * i + k) * 3.0 + (i % 5 == 0 ? 0.0 : 0.5);
+    switch (k) {
+      case 0: o[i] = base; c[i] = base * (1.0 + ((i * 37) % 11 - 5) * 2e-3); break;            // noise
+      case 1: o[i] = 1.0 + (i % 3); c[i] = o[i] + 1e-3 * i; break;                               // growing
+      case 2: o[i] = (i % 4) ? 2.0 : 0.0; c[i] = o[i] + ((i % 2) ? 0.25 : -0.25); break;        // ties, zero oracle
+      case 3: o[i] = base * 1e30; c[i] = o[i] * (1.0 + (i % 7) * 1e-2); break;                  // fp32 squares overflow
+      case 4: o[i] = base * 1e-36; c[i] = o[i] * (1.0 + (i % 7) * 1e-2); break;                 // fp32 squares underflow
+      case 5: o[i] = (i % 2) ? 0.0 : -0.0; c[i] = (i % 3) ? -0.0 : 0.0; break;                  // signed zeros, equal
+      case 6: o[i] = (i % 2) ? 1.0 : 1e-30; c[i] = (i % 2) ? 1.0 : 1.01e-30; break;           // only tiny errors
+      case 7: o[i] = base * 1e-36; c[i] = o[i]; break;                                          // tiny, exact
+      default: {  // 8
+        o[i] = base; c[i] = base + 0.01 * ((i * 13) % 7);
+        if (i % 29 == 3) c[i] = NAN;
+        if (i % 31 == 7) o[i] = INFINITY;
+        if (i % 37 == 11) { o[i] = -INFINITY; c[i] = -INFINITY; }
+      }
+    }
+  }
+  return {c, o};
+}
+}  // namespace
+
+TEST(Compare, LeanChunkEqualsStepForEveryPairAndScenario) {
+  // The contiguous layout takes step_chunk (the lean path for candidates of up to 4 bytes), the
+  // stride-2 layout step() only. Pairs with a 32/64-bit type: every field equal, sums to rounding.
+  // 16-bit pairs: fp32 arithmetic, exact here for the errors (values within 2^13 of each other),
+  // so the same fields agree; the sums to fp32 rounding.
+  const std::pair<DType, DType> pairs[] = {{DType::F32, DType::F32}, {DType::F32, DType::F64}, {DType::F32, DType::BF16},
+                                           {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}, {DType::F16, DType::F16},
+                                           {DType::F16, DType::BF16}, {DType::F64, DType::F32}};
+  const int n = 8 * 41 + 5;
+  for (auto [tc, to] : pairs) {
+    for (int k = 0; k < 9; ++k) {
+      if (tc == DType::F16 && (k == 3 || k == 4 || k == 6 || k == 7)) continue;  // out of fp16's range: values change class
+      auto [cv, ov] = scenario(k, n);
+      TwoLayouts c(tc, cv), o(to, ov);
+      const Bound b{1e-3, 2e-3};
+      auto a = compare::compare(c.dense_view, o.dense_view, b);
+      auto s = compare::compare(c.spread_view, o.spread_view, b);
+      const std::string at = std::string(dtype_name(tc)) + "/" + dtype_name(to) + " scenario " + std::to_string(k);
+      const bool half = dtype_size(tc) == 2 && dtype_size(to) == 2;
+      expect_same_measurements(a, s, half ? 1e-5 : 1e-12, at);
+      if (k == 1 && dtype_size(tc) >= 4) EXPECT_EQ(a.max_abs_idx, n - 1) << at;  // the growing error peaks last
+      if (k == 2) EXPECT_TRUE(std::isinf(a.max_rel_err)) << at;
+      if (k == 4 || k == 7) EXPECT_GT(a.sum_sq_ref, 0.0) << at;  // no underflow to zero
+      if (k == 6) EXPECT_GT(a.sum_sq_err, 0.0) << at;
+      if (k == 5) EXPECT_EQ(a.max_abs_idx, compare::kNoIndex) << at;
+    }
+  }
+}
+
+TEST(Compare, LeanChunkSeesMaximaSetInFp64) {
+  // bf16 pair: chunk 0 holds a NaN, so step() measures it in fp64, where |1 - 2^-30| is not a
+  // float; chunk 1 (fp32 arithmetic) has error exactly 1.0, larger (with smaller relative and ULP
+  // errors, so only the absolute maximum can flag it): it must still be the maximum (the fp32
+  // comparison uses the running maximum rounded down).
+  std::vector<double> c(16, 0.5), o(16, 0.5);
+  c[0] = NAN;
+  c[1] = 1.0; o[1] = std::ldexp(1.0, -30);
+  c[8] = 1.5; o[8] = 0.5;
+  TwoLayouts cc(DType::BF16, c), oo(DType::BF16, o);
+  auto a = compare::compare(cc.dense_view, oo.dense_view, {});
+  EXPECT_EQ(a.max_abs_idx, 8);
+  EXPECT_EQ(a.max_abs_err, 1.0);
 }

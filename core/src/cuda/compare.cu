@@ -8,6 +8,8 @@
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_check.cuh"
 
+#include <cstdlib>
+
 namespace kverify::cuda {
 
 namespace {
@@ -44,17 +46,48 @@ __device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[kVecs<T>], int
   else return (word(e / 2) >> (16 * (e % 2))) & 0xffffu;
 }
 
+/// Element source over a chunk held in registers (the first pass of step_chunk_lean).
+template <DType TC, DType TO>
+struct RegisterSource {
+  const uint4 (&qc)[kVecs<TC>];
+  const uint4 (&qo)[kVecs<TO>];
+  __device__ __forceinline__ uint64_t c(int e) const { return element_bits<TC>(qc, e); }
+  __device__ __forceinline__ uint64_t o(int e) const { return element_bits<TO>(qo, e); }
+};
+
+/// Element source that loads chunk elements from memory again (the rare second pass): keeps the
+/// chunk's registers free once the first pass is done.
+template <DType TC, DType TO>
+struct MemorySource {
+  const void* cbase;
+  const void* obase;
+  int64_t first;
+  __device__ __forceinline__ uint64_t c(int e) const { return bits::load_raw(cbase, first + e, type_bytes<TC>()); }
+  __device__ __forceinline__ uint64_t o(int e) const { return bits::load_raw(obase, first + e, type_bytes<TO>()); }
+};
+
 template <DType TC, DType TO>
 __device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<TC>], const uint4 (&qo)[kVecs<TO>],
-                                           int64_t k, const compare::Bound& b) {
-  uint64_t cb[kChunk], ob[kChunk];
+                                           const TensorView& c, const TensorView& o, int64_t k, const compare::Bound& b) {
+  if constexpr (type_bytes<TC>() <= 4) {
+    compare::step_chunk_lean<TC, TO>(r, RegisterSource<TC, TO>{qc, qo}, MemorySource<TC, TO>{c.data, o.data, k * kChunk},
+                                     k * kChunk, b);
+  } else {
+    uint64_t cb[kChunk], ob[kChunk];
 #pragma unroll
-  for (int e = 0; e < kChunk; ++e) {
-    cb[e] = element_bits<TC>(qc, e);
-    ob[e] = element_bits<TO>(qo, e);
+    for (int e = 0; e < kChunk; ++e) {
+      cb[e] = element_bits<TC>(qc, e);
+      ob[e] = element_bits<TO>(qo, e);
+    }
+    compare::step_chunk<TC, TO>(r, cb, ob, k * kChunk, b);
   }
-  compare::step_chunk<TC, TO>(r, cb, ob, k * kChunk, b);
 }
+
+/// Resident blocks per SM the compare kernel is compiled for (register budget 65536 / (256 x this)):
+/// 16-bit pairs fit 3 (85 registers); wider pairs need more registers for their fp64 arithmetic and
+/// two chunks in flight without spilling, so 2 (128).
+template <DType TC, DType TO>
+constexpr int kMinBlocks = (type_bytes<TC>() == 2 && type_bytes<TO>() == 2) ? 3 : 2;
 
 /// Shared array of kThreads CompareStats (raw storage: __shared__ objects may not have constructors).
 #define KV_SHARED_STATS(name)                                                        \
@@ -72,9 +105,28 @@ __device__ void reduce_block(CompareStats* sh, CompareStats& s) {
   s = sh[0];
 }
 
+/// Ask L2 to fetch the warp's chunks [k0, k0 + 32) of both tensors ahead of their loads (one
+/// bulk prefetch per tensor, issued by lane 0; nothing past the last chunk). The loads then find
+/// the data in L2, so more bytes are on their way from HBM than a thread's registers could hold.
 template <DType TC, DType TO>
-__global__ void __launch_bounds__(kThreads, 3) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
-                                                          CompareStats* partials) {
+__device__ __forceinline__ void prefetch_l2(const TensorView& c, const TensorView& o, int64_t k0, int64_t chunks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((threadIdx.x & 31) != 0 || k0 >= chunks) return;
+  const int64_t count = chunks - k0 < 32 ? chunks - k0 : 32;
+  const char* pc = static_cast<const char*>(c.data) + k0 * kChunk * type_bytes<TC>();
+  const char* po = static_cast<const char*>(o.data) + k0 * kChunk * type_bytes<TO>();
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pc), "r"(static_cast<unsigned>(count * kChunk * type_bytes<TC>()))
+               : "memory");
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(po), "r"(static_cast<unsigned>(count * kChunk * type_bytes<TO>()))
+               : "memory");
+#else
+  (void)c, (void)o, (void)k0, (void)chunks;
+#endif
+}
+
+template <DType TC, DType TO>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
+                                                          int prefetch, CompareStats* partials) {
   KV_SHARED_STATS(sh);
   sh[threadIdx.x] = CompareStats{};  // this thread's class-mismatch counts live here
   Running r{&sh[threadIdx.x]};
@@ -84,11 +136,27 @@ __global__ void __launch_bounds__(kThreads, 3) compare_kernel(TensorView c, Tens
   int64_t start_scalar = 0;
   if (vector_path) {
     const int64_t chunks = n / kChunk;
-    for (int64_t k = tid; k < chunks; k += stride) {
-      uint4 c0[kVecs<TC>], o0[kVecs<TO>];
-      load_chunk<TC>(c.data, k, c0);
-      load_chunk<TO>(o.data, k, o0);
-      step_chunk<TC, TO>(r, c0, o0, k, b);
+    // Two chunks in flight in registers: the loads of chunk k + stride are issued before chunk k
+    // is measured; with prefetch = D > 0, L2 is asked for chunk k + D * stride as well (each warp's
+    // chunks are consecutive, so lane 0 of a warp prefetches for all 32 threads).
+    uint4 ca[kVecs<TC>], oa[kVecs<TO>], cb[kVecs<TC>], ob[kVecs<TO>];
+    int64_t k = tid;
+    const int64_t ahead = static_cast<int64_t>(prefetch) * stride;
+    if (prefetch > 0)
+      for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, chunks);
+    if (k < chunks) { load_chunk<TC>(c.data, k, ca); load_chunk<TO>(o.data, k, oa); }
+    while (k < chunks) {
+      int64_t next = k + stride;
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, chunks);
+      if (next < chunks) { load_chunk<TC>(c.data, next, cb); load_chunk<TO>(o.data, next, ob); }
+      step_chunk<TC, TO>(r, ca, oa, c, o, k, b);
+      k = next;
+      if (k >= chunks) break;
+      next = k + stride;
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, chunks);
+      if (next < chunks) { load_chunk<TC>(c.data, next, ca); load_chunk<TO>(o.data, next, oa); }
+      step_chunk<TC, TO>(r, cb, ob, c, o, k, b);
+      k = next;
     }
     start_scalar = chunks * kChunk;
   }
@@ -112,6 +180,18 @@ __global__ void __launch_bounds__(kThreads) fold_kernel(const CompareStats* part
   if (threadIdx.x == 0) *out = s;
 }
 
+/// L2 prefetch distance of the compare kernel in grid-stride steps: KVERIFY_COMPARE_PREFETCH
+/// (a tuning knob for bench/compare.py --prefetch), default kDefaultPrefetch = 0, off: on the
+/// H200, 2 GiB pairs, distances 2, 4 and 8 were all slower than none (fp32 3.30 vs 3.64 TB/s,
+/// bf16 2.10 vs 2.33 TB/s; results/engine/bench_compare_h200.txt).
+constexpr int kDefaultPrefetch = 0;
+int prefetch_distance() {
+  const char* v = std::getenv("KVERIFY_COMPARE_PREFETCH");
+  if (v == nullptr || *v == '\0') return kDefaultPrefetch;
+  const int d = std::atoi(v);
+  return d < 0 ? 0 : (d > 64 ? 64 : d);
+}
+
 template <DType TC, DType TO>
 CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound& b, cudaStream_t s) {
   const int64_t n = c.numel();
@@ -119,10 +199,13 @@ CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound&
   if (n == 0) return result;
   const bool aligned = (reinterpret_cast<uintptr_t>(c.data) % 16 == 0) && (reinterpret_cast<uintptr_t>(o.data) % 16 == 0);
   const bool vector_path = aligned && c.is_contiguous() && o.is_contiguous();
-  const int grid = grid_for(vector_path ? (n + kChunk - 1) / kChunk : n, 4);
+  int resident = 0;  // blocks of this kernel that fit on one SM at once: one wave of a persistent grid
+  KV_CUDA_CHECK("compare occupancy",
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, compare_kernel<TC, TO>, kThreads, 0));
+  const int grid = grid_for(vector_path ? (n + kChunk - 1) / kChunk : n, resident < 1 ? 1 : (resident > 4 ? 4 : resident));
   CompareStats* ws = nullptr;
   KV_CUDA_CHECK("compare workspace", cudaMallocAsync(&ws, (grid + 1) * sizeof(CompareStats), s));
-  compare_kernel<TC, TO><<<grid, kThreads, 0, s>>>(c, o, b, vector_path, ws);
+  compare_kernel<TC, TO><<<grid, kThreads, 0, s>>>(c, o, b, vector_path, prefetch_distance(), ws);
   KV_CUDA_CHECK("compare launch", cudaGetLastError());
   fold_kernel<<<1, kThreads, 0, s>>>(ws, grid, ws + grid);
   KV_CUDA_CHECK("compare fold launch", cudaGetLastError());
