@@ -119,3 +119,51 @@ def test_sigterm_says_interrupted_and_leaves_no_worker(tmp_path):
     assert proc.returncode == 130, out + err
     assert "interrupted" in err and "Traceback" not in err, err
     assert _workers_of(tmp) == []
+
+
+def _reference_waiting_for_a_load(marks: Path, wait_s: float) -> str:
+    """The relu reference, plus module code that, in kverify's own process only (workers have
+    KVERIFY_PARENT_PID), waits up to wait_s for a candidate worker's load mark, and records whether
+    it came: the reference is executed while the check prepares the problem and its jobs."""
+    return (RELU / "reference.py").read_text() + (
+        "\nimport os as _os, time as _time\nfrom pathlib import Path as _P\n"
+        f"_marks = _P({str(marks)!r})\n"
+        "if 'KVERIFY_PARENT_PID' not in _os.environ and not (_marks / 'ref.saw').exists():\n"
+        f"    _deadline = _time.time() + {wait_s}\n"
+        "    while not (_marks / 'cand').exists() and _time.time() < _deadline:\n"
+        "        _time.sleep(0.05)\n"
+        "    (_marks / 'ref.saw').write_text(str((_marks / 'cand').exists()))\n")
+
+
+@pytest.mark.parametrize("prestart,wait_s,expect", [("1", 120, "True"), ("0", 3, "False")])
+def test_workers_load_while_the_problem_is_prepared(tmp_path, monkeypatch, prestart, wait_s, expect):
+    """KVERIFY_PRESTART=1: the workers are started first, so a candidate worker has loaded while the
+    reference is still being executed by the check; =0 (the control): none has been started yet."""
+    monkeypatch.setenv("KVERIFY_PRESTART", prestart)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    ref = _reference_waiting_for_a_load(marks, wait_s)
+    cand = HEAD + (f"from pathlib import Path\n(Path({str(marks)!r}) / 'cand').touch()\n"
+                   "class ModelNew(nn.Module):\n"
+                   "    def forward(self, x):\n"
+                   "        return torch.relu(x)\n")
+    r = check(ref, str(tmp_path / "reference.py"), cand, str(tmp_path / "cand.py"), device="cpu",
+              workdir=tmp_path / "work", gates=["G01", "G07"])
+    assert r["standard"]["verdict"] == "PASS" and r["class"] == "CLEAN", r
+    assert (marks / "ref.saw").read_text() == expect
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_prestarted_workers_stop_when_the_reference_fails(tmp_path, monkeypatch):
+    """The reference raises at its own shape after the workers were prestarted: check() reports the
+    reference's error, and no prestarted worker (that never got jobs) is left running."""
+    monkeypatch.setenv("KVERIFY_PRESTART", "1")
+    ref = (RELU / "reference.py").read_text().replace("def forward(self, x", "def forward(self, x, *_a")
+    ref = ref.replace("return torch.relu(x)", "raise RuntimeError('planted reference failure')")
+    assert "planted reference failure" in ref
+    cand = HEAD + "time.sleep(3)\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    with pytest.raises(LoadError, match="planted reference failure"):
+        check(ref, str(tmp_path / "reference.py"), cand, str(tmp_path / "cand.py"), device="cpu",
+              workdir=tmp_path / "work")
+    time.sleep(0.5)
+    assert _workers_of(tmp_path / "work") == []

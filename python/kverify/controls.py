@@ -9,6 +9,7 @@ controls/cuda/ (CUDA kernels through load_inline). Prints the matrix control x g
 """
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -52,9 +53,22 @@ def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.
     console = Console(width=max(120, Console().width))
     work = collect(device)
     t0 = time.monotonic()
+    progress = Console(stderr=True, width=console.width)
+    done = [0]
+    lock = threading.Lock()
+
+    def one(w):
+        name, ref, cand, gate = w
+        r = check(ref.read_text(), str(ref), cand.read_text(), str(cand), device=device, seed=seed, timeout=timeout)
+        failing = [g["gate"] for g in r["gates"] if g["verdict"] in FAILING]
+        with lock:  # one line per finished check, so a run cut short still shows what it did
+            done[0] += 1
+            progress.print(f"[{done[0]}/{len(work)}] {name} ({gate or 'twin'}): failing {','.join(failing) or 'none'}"
+                           f"  {time.monotonic() - t0:.0f} s", soft_wrap=True, highlight=False)
+        return r
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        reports = list(pool.map(lambda w: check(w[1].read_text(), str(w[1]), w[2].read_text(), str(w[2]),
-                                                device=device, seed=seed, timeout=timeout), work))
+        reports = list(pool.map(one, work))
     wall = time.monotonic() - t0
     gate_ids = list(GATES)
     console.print(matrix(f"controls x gates  [{device}]", [(n, g, r) for (n, _, _, g), r in zip(work, reports)],

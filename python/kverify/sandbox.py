@@ -76,6 +76,7 @@ class Sandbox:
         self._live: set = set()  # running workers (run() may be called from several threads)
         self._lock = threading.Lock()
         self._cancelled = False
+        self._prestarted: dict[str, tuple] = {}  # tag -> a worker loading ahead of its jobs (prestart)
 
     def _env(self) -> dict:
         env = dict(os.environ)
@@ -93,19 +94,35 @@ class Sandbox:
         with self._lock:
             self._cancelled = True
             live = list(self._live)
+            unused = list(self._prestarted.values())
+            self._prestarted.clear()
         for proc in live:
             self._kill(proc)
+        for _, reader, _, _ in unused:  # prestarted workers that never got jobs
+            reader.close()
 
     def cleanup(self) -> None:
         """Remove the work folder (kept when KVERIFY_KEEP=1, for debugging)."""
         if os.environ.get("KVERIFY_KEEP") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def prestart(self, tag: str = "gates", wrapper: list[str] | None = None, env: dict | None = None) -> None:
+        """Start the worker of ``tag`` now, before its jobs are known: it imports torch and loads the
+        candidate while the caller prepares the jobs; the next run() of ``tag`` (with the same
+        ``wrapper`` and ``env``) hands them to it. Cheap to waste: cancel() and the end of the check
+        stop a prestarted worker that never got jobs."""
+        jobdir = self.workdir / tag
+        jobdir.mkdir(exist_ok=True)
+        worker = self._spawn(jobdir, None, 0, wrapper or [], env or {})
+        with self._lock:
+            self._prestarted[tag] = worker
+
     def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
             timeout: float | None = None, env: dict | None = None) -> list[Outcome]:
         """Run ``jobs`` in order; returns one Outcome per job. ``wrapper`` prefixes the worker's
         command (e.g. compute-sanitizer and its flags); ``timeout`` overrides the per-job timeout;
-        ``env`` adds environment variables for the worker.
+        ``env`` adds environment variables for the worker. A worker prestart()ed for ``tag`` takes
+        the jobs; a worker started after a crash or timeout is started with its jobs.
 
         Raises:
             LoadError: the candidate cannot be loaded (syntax, missing ModelNew, compile error,
@@ -116,14 +133,21 @@ class Sandbox:
         outcomes: list[Outcome | None] = [None] * len(jobs)
         start = 0
         while start < len(jobs):
-            start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout, env or {})
+            with self._lock:
+                worker = self._prestarted.pop(tag, None)
+            start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout, env or {},
+                                 worker)
         return outcomes  # type: ignore[return-value]
 
-    def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float, env: dict) -> int:
+    def _spawn(self, jobdir: Path, jobs: list[dict] | None, start: int, wrapper: list[str], env: dict) -> tuple:
+        """Start a worker on ``jobs`` from ``start`` (None: it waits for jobs.json); returns
+        (process, status reader, launch time, log path)."""
         spec = {"reference": {"file": str(self.workdir / "reference.py"), "path": self.reference_path},
                 "candidate": {"file": str(self.workdir / "candidate.py"), "path": self.candidate_path},
-                "device": self.device, "seed": self.seed, "tolerance": self.tolerance,
-                "jobs": jobs, "start": start}
+                "device": self.device, "seed": self.seed, "tolerance": self.tolerance}
+        if jobs is not None:
+            spec.update(jobs=jobs, start=start)
+        (jobdir / "jobs.json").unlink(missing_ok=True)
         (jobdir / "spec.json").write_text(json.dumps(spec))
         (jobdir / "load_error.json").unlink(missing_ok=True)
         rfd, wfd = os.pipe()
@@ -139,8 +163,20 @@ class Sandbox:
                                         pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
             self._live.add(proc)
         os.close(wfd)
-        reader = _Lines(rfd)
-        t0 = time.monotonic()
+        return proc, _Lines(rfd), time.monotonic(), log_path
+
+    def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float, env: dict,
+                prestarted: tuple | None = None) -> int:
+        if prestarted is not None:  # hand the jobs to the worker already loading (atomic: it polls for the file)
+            proc, reader, t0, log_path = prestarted
+            if self._cancelled:
+                reader.close()
+                raise Cancelled("the check was stopped")
+            tmp = jobdir / "jobs.json.tmp"
+            tmp.write_text(json.dumps({"jobs": jobs, "start": start}))
+            os.replace(tmp, jobdir / "jobs.json")
+        else:
+            proc, reader, t0, log_path = self._spawn(jobdir, jobs, start, wrapper, env)
         try:
             line = reader.next(self.load_timeout)
             self.load_seconds.append(round(time.monotonic() - t0, 3))

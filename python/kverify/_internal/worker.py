@@ -7,13 +7,16 @@ Usage (by kverify.sandbox only): python -m kverify._internal.worker JOBDIR STATU
 Protocol: JOBDIR/spec.json holds {reference, candidate, device, seed, jobs, start, mode}. The
 worker writes "loaded\n" to STATUS_FD once the candidate is built, then for each job k from
 `start` writes JOBDIR/result_k.pt (atomically) and "done k\n". A candidate that cannot be loaded
-gives JOBDIR/load_error.json and exit code 3.
+gives JOBDIR/load_error.json and exit code 3. A worker started ahead of its jobs (Sandbox.prestart:
+spec.json without "jobs") loads, writes "loaded\n", then waits for JOBDIR/jobs.json ({jobs,
+start}, written atomically by the parent).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 import traceback
 
 from kverify._internal.lifeline import exit_with_parent
@@ -449,6 +452,12 @@ def main() -> int:
             json.dump({"path": e.path, "reason": e.reason, "detail": e.detail}, f)
         return 3
     status.write("loaded\n")
+    if "jobs" not in spec:  # started ahead of its jobs: wait for them (the lifeline ends us if the parent goes)
+        path = os.path.join(jobdir, "jobs.json")
+        while not os.path.exists(path):
+            time.sleep(0.002)
+        with open(path) as f:
+            spec.update(json.load(f))
     jobs = spec["jobs"]
     for k in range(spec.get("start", 0), len(jobs)):
         job = jobs[k]

@@ -36,6 +36,24 @@ def plan(ctx: Context) -> list[dict]:
     return [ctx.job("guard", "G11/guard", band=BAND)]
 
 
+def _sanitized_worker(tool: str, exe: str) -> dict:
+    """The Sandbox.run/prestart arguments of the worker of one sanitizer tool."""
+    return {"tag": f"G11-{tool}", "env": SANITIZED_ENV,
+            "wrapper": [exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all",
+                        "--report-api-errors", "no"]}
+
+
+def prestart(sandbox, device: str) -> None:
+    """Start the four sanitized workers at the beginning of the check (Sandbox.prestart), so
+    they import torch and load the candidate under the sanitizer while the problem is prepared;
+    start()'s runs then hand them their job. Nothing without a GPU or compute-sanitizer."""
+    exe = shutil.which("compute-sanitizer")
+    if device != "cuda" or not exe:
+        return
+    for tool in TOOLS:
+        sandbox.prestart(**_sanitized_worker(tool, exe))
+
+
 def start(ctx: Context):
     """The sanitizer runs need nothing from the other gates: check() calls this in its own thread
     before the main worker starts and runs the returned callable beside it (None: nothing to run).
@@ -50,9 +68,7 @@ def start(ctx: Context):
     job = ctx.job_at("run", "G11/sanitized", b, ctx.specs_at(b))
 
     def one(tool: str) -> dict:
-        o = ctx.sandbox.run([job], tag=f"G11-{tool}", timeout=SANITIZER_TIMEOUT, env=SANITIZED_ENV,
-                            wrapper=[exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all",
-                                     "--report-api-errors", "no"])[0]
+        o = ctx.sandbox.run([job], timeout=SANITIZER_TIMEOUT, **_sanitized_worker(tool, exe))[0]
         text = Path(o.log).read_text(errors="replace") if o.log else ""
         errors, first = parse_sanitizer(text)
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b}
