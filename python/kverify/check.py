@@ -119,10 +119,12 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
             sandbox.prestart("gates")
             if standard:
                 sandbox.prestart("standard")
-            for g in gate_ids:  # workers of gates' background work (G11's sanitizer runs)
+            for g in gate_ids:  # workers of gates' background work (G11's sanitizer runs), own workers (G05)
                 early = getattr(GATES[g], "prestart", None) if g in GATES else None
                 if early is not None:
                     early(sandbox, device)
+                if g in GATES and getattr(GATES[g], "OWN_WORKER", False):
+                    sandbox.prestart(g)
         problem = Problem(reference_source, reference_path, tolerance)
         specs = problem.input_specs(seed)
         ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device), timeout=timeout)
@@ -131,7 +133,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         except Exception as e:  # noqa: BLE001
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
-        return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path)
+        return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
+                    split=_prestart())
     finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
         sandbox.cancel()
         pool.shutdown(wait=True)
@@ -172,21 +175,29 @@ def _standard(sandbox: Sandbox, tolerance: float) -> dict:
     return std
 
 
+def _plan(ctx: Context, g: str, plans: dict, results: dict) -> None:
+    """plans[g] = gate g's jobs, or results[g] = N/A (does not apply) / ERROR (planning raised)."""
+    mod = GATES[g]
+    try:
+        reason = mod.applies(ctx)
+        if reason:
+            results[g] = _result(mod, "N/A", reason)
+        else:
+            plans[g] = mod.plan(ctx)
+    except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
+        results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
+                             {"traceback": traceback.format_exc()[-2000:]})
+
+
 def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: list[str], standard: bool,
-         tolerance: float, t0: float, reference_path: str, candidate_path: str) -> dict:
+         tolerance: float, t0: float, reference_path: str, candidate_path: str, split: bool = False) -> dict:
     plans: dict[str, list[dict]] = {}
     results: dict[str, dict] = {}
+    # split: gates with OWN_WORKER are planned in the background and run in their own worker
+    own = [g for g in gate_ids if split and getattr(GATES[g], "OWN_WORKER", False)]
     for g in gate_ids:
-        mod = GATES[g]
-        try:
-            reason = mod.applies(ctx)
-            if reason:
-                results[g] = _result(mod, "N/A", reason)
-            else:
-                plans[g] = mod.plan(ctx)
-        except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
-            results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
-                                 {"traceback": traceback.format_exc()[-2000:]})
+        if g not in own:
+            _plan(ctx, g, plans, results)
     serial = os.environ.get("KVERIFY_SERIAL_CHECK") == "1"
     std_future = pool.submit(_standard, sandbox, tolerance) if standard and not serial else None
     bg_seconds: dict[str, float] = {}  # seconds each gate's background work ran
@@ -207,9 +218,26 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                 ctx.background[g] = pool.submit(timed(g, start(ctx)))
             except Exception:  # noqa: BLE001 — the gate's judge runs start() again and reports it
                 pass
+
+    def plan_and_run(g: str) -> tuple[dict, dict, dict]:
+        # after the background starts above, which build their jobs in this thread (they may run the oracle)
+        own_plans: dict[str, list[dict]] = {}
+        own_results: dict[str, dict] = {}
+        _plan(ctx, g, own_plans, own_results)
+        own_jobs = own_plans.get(g, [])
+        outs = dict(zip([j["id"] for j in own_jobs], sandbox.run(own_jobs, tag=g))) if own_jobs else {}
+        return own_plans, own_results, outs
+
+    own_futures = [pool.submit(plan_and_run, g) for g in own]
     jobs = [j for g in plans for j in plans[g]]
     t_setup = time.monotonic()
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
+    for f in own_futures:  # a load error there propagates like the main worker's
+        own_plans, own_results, outs = f.result()
+        plans.update(own_plans)
+        results.update(own_results)
+        outcomes.update(outs)
+    plans = {g: plans[g] for g in gate_ids if g in plans}  # judged in gate order
     t_run = time.monotonic()
 
     gate_seconds = {g: 0.0 for g in gate_ids}
