@@ -196,3 +196,31 @@ def test_g05_runs_in_its_own_worker_beside_the_gates(tmp_path, monkeypatch, pres
         assert saw == {"gates.saw": "True", "G05.saw": "True"}, saw
     else:
         assert saw == {"gates.saw": "False"}, saw
+
+
+@pytest.mark.parametrize("run_env,expect", [("pre", "pre"), ("other", "other")])
+def test_a_prestarted_worker_takes_only_the_run_it_was_started_for(tmp_path, run_env, expect):
+    """Sandbox.run hands its jobs to the worker prestarted for its tag only when that worker was
+    started with the same wrapper and env; else it starts its own (the job sees the run's env)."""
+    from kverify.problem import Problem
+    from kverify.sandbox import Sandbox
+    ref = (RELU / "reference.py").read_text()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cand = HEAD + ("class ModelNew(nn.Module):\n"
+                   "    def forward(self, x):\n"
+                   f"        open({str(marks / 'ran')!r}, 'w').write(os.environ['KV_TEST_MARK'])\n"
+                   "        return torch.relu(x)\n")
+    specs = Problem(ref, str(RELU / "reference.py"), 1e-2).input_specs(0)
+    job = {"kind": "run", "id": "t", "seed": 1, "binding": None, "inputs": [s.to_json() for s in specs]}
+    sb = Sandbox(reference_source=ref, reference_path=str(RELU / "reference.py"), candidate_source=cand,
+                 candidate_path=str(tmp_path / "cand.py"), device="cpu", workdir=tmp_path / "work")
+    try:
+        sb.prestart("t", env={"KV_TEST_MARK": "pre"})
+        out = sb.run([job], tag="t", env={"KV_TEST_MARK": run_env})
+        assert out[0].status == "ok", out[0]
+        assert (marks / "ran").read_text() == expect
+        assert len(list((tmp_path / "work" / "t").glob("worker_*.log"))) == (1 if run_env == "pre" else 2)
+    finally:
+        sb.cancel()
+        sb.cleanup()

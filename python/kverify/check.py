@@ -112,18 +112,19 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kverify-check")
+    prestart = _prestart()
     try:
-        if _prestart():
+        if prestart:
             # the workers import torch and load the candidate while the problem and the gates' jobs
             # are prepared here (a few seconds each, otherwise paid after the preparation)
             sandbox.prestart("gates")
             if standard:
                 sandbox.prestart("standard")
             for g in gate_ids:  # workers of gates' background work (G11's sanitizer runs), own workers (G05)
-                early = getattr(GATES[g], "prestart", None) if g in GATES else None
+                early = getattr(GATES[g], "prestart", None)
                 if early is not None:
                     early(sandbox, device)
-                if g in GATES and getattr(GATES[g], "OWN_WORKER", False):
+                if getattr(GATES[g], "OWN_WORKER", False):
                     sandbox.prestart(g)
         problem = Problem(reference_source, reference_path, tolerance)
         specs = problem.input_specs(seed)
@@ -134,7 +135,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
         return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
-                    split=_prestart())
+                    split=prestart)
     finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
         sandbox.cancel()
         pool.shutdown(wait=True)
@@ -142,7 +143,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 
 
 def _prestart() -> bool:
-    """Start the gates' and the standard test's workers before the problem is prepared? Not in
+    """Start the workers (the gates', the standard test's, G11's sanitized ones, G05's own) before
+    the problem is prepared, and plan G05 in the background (check, _run's split)? Not in
     KVERIFY_SERIAL_CHECK=1 runs; else KVERIFY_PRESTART=1/0 when set; else only with 4 or more CPUs
     (on 2 cores the workers' imports slow the preparation they would overlap: measured 2.9 s ->
     3.4 s for the matmul example)."""

@@ -76,7 +76,7 @@ class Sandbox:
         self._live: set = set()  # running workers (run() may be called from several threads)
         self._lock = threading.Lock()
         self._cancelled = False
-        self._prestarted: dict[str, tuple] = {}  # tag -> a worker loading ahead of its jobs (prestart)
+        self._prestarted: dict[str, tuple] = {}  # tag -> (worker, wrapper, env) loading ahead of its jobs
 
     def _env(self) -> dict:
         env = dict(os.environ)
@@ -98,7 +98,7 @@ class Sandbox:
             self._prestarted.clear()
         for proc in live:
             self._kill(proc)
-        for _, reader, _, _ in unused:  # prestarted workers that never got jobs
+        for (_, reader, _, _), _, _ in unused:  # prestarted workers that never got jobs
             reader.close()
 
     def cleanup(self) -> None:
@@ -108,14 +108,14 @@ class Sandbox:
 
     def prestart(self, tag: str = "gates", wrapper: list[str] | None = None, env: dict | None = None) -> None:
         """Start the worker of ``tag`` now, before its jobs are known: it imports torch and loads the
-        candidate while the caller prepares the jobs; the next run() of ``tag`` (with the same
-        ``wrapper`` and ``env``) hands them to it. Cheap to waste: cancel() and the end of the check
-        stop a prestarted worker that never got jobs."""
+        candidate while the caller prepares the jobs; the next run() of ``tag`` with the same
+        ``wrapper`` and ``env`` hands them to it (a run() with others kills it and starts its own). Cheap
+        to waste: cancel() and the end of the check stop a prestarted worker that never got jobs."""
         jobdir = self.workdir / tag
         jobdir.mkdir(exist_ok=True)
         worker = self._spawn(jobdir, None, 0, wrapper or [], env or {})
         with self._lock:
-            self._prestarted[tag] = worker
+            self._prestarted[tag] = (worker, wrapper or [], env or {})
 
     def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
             timeout: float | None = None, env: dict | None = None) -> list[Outcome]:
@@ -133,11 +133,24 @@ class Sandbox:
         outcomes: list[Outcome | None] = [None] * len(jobs)
         start = 0
         while start < len(jobs):
-            with self._lock:
-                worker = self._prestarted.pop(tag, None)
+            with self._lock:  # the prestarted worker, if it was started as this run would start one
+                pre = self._prestarted.pop(tag, None)
+            worker = None
+            if pre is not None and pre[1] == (wrapper or []) and pre[2] == (env or {}):
+                worker = pre[0]
+            elif pre is not None:  # started otherwise: it must not read this run's spec in the same folder
+                self._discard(pre[0])
             start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout, env or {},
                                  worker)
         return outcomes  # type: ignore[return-value]
+
+    def _discard(self, worker: tuple) -> None:
+        """Kill a prestarted worker that will not be used and close its status pipe."""
+        proc, reader, _, _ = worker
+        self._kill(proc)
+        reader.close()
+        with self._lock:
+            self._live.discard(proc)
 
     def _spawn(self, jobdir: Path, jobs: list[dict] | None, start: int, wrapper: list[str], env: dict) -> tuple:
         """Start a worker on ``jobs`` from ``start`` (None: it waits for jobs.json); returns

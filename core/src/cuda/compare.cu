@@ -84,8 +84,9 @@ __device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<T
 }
 
 /// Resident blocks per SM the compare kernel is compiled for (register budget 65536 / (256 x this)):
-/// 16-bit pairs fit 3 (85 registers); wider pairs need more registers for their fp64 arithmetic and
-/// two chunks in flight without spilling, so 2 (128).
+/// 16-bit pairs fit 3 (85 registers; ptxas -v: a 12-byte spill, outside the hot loop, for bf16);
+/// wider pairs need more registers for their fp64 arithmetic and two chunks in flight without
+/// spilling (fp32: none), so 2 (128).
 template <DType TC, DType TO>
 constexpr int kMinBlocks = (type_bytes<TC>() == 2 && type_bytes<TO>() == 2) ? 3 : 2;
 

@@ -246,8 +246,11 @@ struct ArraySource {
 /// non-finite, and such chunks take step() element by element.
 ///
 /// A = double (any pair with a 32- or 64-bit type): every measurement equals step()'s, except the
-/// rounding of the two sums (chunk partial sums). A = float (16-bit pairs): measured in fp32 as
-/// step_chunk's documentation says; a chunk whose fp32 squares could overflow or lose accuracy to
+/// rounding of the two sums (chunk partial sums). A = float (16-bit pairs): measured in fp32
+/// arithmetic, which is exact for |c - o| whenever c and o are within a factor 2^13 of each other
+/// (both have at most 11 significant bits) and correctly rounded to fp32 otherwise; the bound is
+/// evaluated as fmaf(float(rtol), |o|, float(atol)); chunk sums are formed in fp32 and added to the
+/// fp64 running sums; a chunk whose fp32 squares could overflow or lose accuracy to
 /// underflow (a non-finite sum, or a nonzero sum below 2^-100) is measured by step() in fp64. So
 /// for 16-bit pairs two equal (c, o) pairs can measure differently by their 8-element chunk (fp32
 /// vs fp64 error), which can move the reported index of a maximum between them; CPU and CUDA cut
