@@ -170,18 +170,21 @@ def test_prestarted_workers_stop_when_the_reference_fails(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("prestart", ["1", "0"])
-def test_g05_runs_in_its_own_worker_beside_the_gates(tmp_path, monkeypatch, prestart):
-    """With prestarting, G05 (whose planning runs the reference at every variant) is planned in the
-    background and runs in a worker of its own beside the other gates' worker: a handshake between
-    the workers named "gates" and "G05" succeeds. Without (the control), G05's jobs run in the gates'
-    worker and no "G05" worker exists."""
+@pytest.mark.parametrize("gate,tag", [("G05", "G05"), ("G09", "gates-b"), ("G10", "gates-b")])
+def test_split_gates_run_in_their_own_worker_beside_the_gates(tmp_path, monkeypatch, prestart, gate, tag):
+    """With prestarting, G05 (whose planning runs the reference at every variant) and G09/G10 (the
+    slowest of the rest) are planned in the background and run in a worker of their own beside the
+    other gates' worker: a handshake between the workers named "gates" and ``tag`` succeeds. Without
+    (the control), their jobs run in the gates' worker and no ``tag`` worker exists."""
+    from kverify.check import worker_of
+    assert worker_of(gate) == tag
     monkeypatch.setenv("KVERIFY_PRESTART", prestart)
     marks = tmp_path / "marks"
     marks.mkdir()
     body = (f"from pathlib import Path\nmarks = Path({str(marks)!r}); me = Path(sys.argv[1]).name\n"
             "(marks / me).touch()\n"
-            "if me in ('gates', 'G05'):\n"
-            "    other = marks / ('G05' if me == 'gates' else 'gates')\n"
+            f"if me in ('gates', {tag!r}):\n"
+            f"    other = marks / ({tag!r} if me == 'gates' else 'gates')\n"
             "    deadline = time.time() + (60 if os.environ.get('KVERIFY_PRESTART') == '1' else 1)\n"
             "    while not other.exists() and time.time() < deadline:\n"
             "        time.sleep(0.05)\n"
@@ -189,11 +192,11 @@ def test_g05_runs_in_its_own_worker_beside_the_gates(tmp_path, monkeypatch, pres
             "class ModelNew(nn.Module):\n"
             "    def forward(self, x):\n"
             "        return torch.relu(x)\n")
-    r = _check(tmp_path, body, gates=["G01", "G05"])
+    r = _check(tmp_path, body, gates=["G01", gate])
     assert r["class"] == "CLEAN" and [g["verdict"] for g in r["gates"]] == ["PASS", "PASS"], r
     saw = {p.name: p.read_text() for p in marks.glob("*.saw")}
     if prestart == "1":
-        assert saw == {"gates.saw": "True", "G05.saw": "True"}, saw
+        assert saw == {"gates.saw": "True", f"{tag}.saw": "True"}, saw
     else:
         assert saw == {"gates.saw": "False"}, saw
 

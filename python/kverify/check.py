@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kverify import _core
+from kverify._internal import cuda_schedule
 from kverify.errors import LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import Context
@@ -98,20 +99,23 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         LoadError: the reference or the candidate cannot be loaded (names the file and reason).
         UsageError: bad device or gate ids.
     """
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _cpu_now()
     device = resolve_device(device)
     gate_ids = gates or list(GATES)
     if not (tolerance > 0 and tolerance == tolerance):
         raise UsageError(f"tolerance must be a positive number, got {tolerance!r}")
     if not timeout > 0:
         raise UsageError(f"timeout must be positive, got {timeout!r}")
+    schedule = os.environ.get(cuda_schedule.ENV, "")
+    if schedule and schedule not in cuda_schedule.FLAGS:  # the workers apply it (kverify._internal.cuda_schedule)
+        raise UsageError(f"{cuda_schedule.ENV} must be one of {', '.join(cuda_schedule.FLAGS)}, got {schedule!r}")
     kw = dict(reference_source=reference_source, reference_path=reference_path,
               candidate_source=candidate_source, candidate_path=candidate_path,
               device=device, seed=seed, timeout=timeout, tolerance=tolerance, load_timeout=load_timeout)
     if workdir is not None:
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
-    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kverify-check")
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kverify-check")
     prestart = _prestart()
     try:
         if prestart:
@@ -120,12 +124,12 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
             sandbox.prestart("gates")
             if standard:
                 sandbox.prestart("standard")
-            for g in gate_ids:  # workers of gates' background work (G11's sanitizer runs), own workers (G05)
+            for g in gate_ids:  # workers of gates' background work (G11's sanitizer runs)
                 early = getattr(GATES[g], "prestart", None)
                 if early is not None:
                     early(sandbox, device)
-                if getattr(GATES[g], "OWN_WORKER", False):
-                    sandbox.prestart(g)
+            for tag in _split_workers(gate_ids):  # the other workers of gates' jobs (G05's, "gates-b")
+                sandbox.prestart(tag)
         problem = Problem(reference_source, reference_path, tolerance)
         specs = problem.input_specs(seed)
         ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device), timeout=timeout)
@@ -134,12 +138,39 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         except Exception as e:  # noqa: BLE001
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
+        ctx.cpu0 = cpu0
         return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
                     split=prestart)
     finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
         sandbox.cancel()
         pool.shutdown(wait=True)
         sandbox.cleanup()
+
+
+MAIN_WORKER = "gates"
+
+
+def worker_of(g: str) -> str:
+    """The worker that runs gate ``g``'s jobs when check() prestarts workers: the gate module's
+    WORKER, else the main one ("gates"). Without prestarting every gate runs in the main worker."""
+    return getattr(GATES[g], "WORKER", MAIN_WORKER)
+
+
+def _split_workers(gate_ids: list[str]) -> dict[str, list[str]]:
+    """{worker tag: its gates} for the workers other than the main one, in gate order."""
+    groups: dict[str, list[str]] = {}
+    for g in gate_ids:
+        if worker_of(g) != MAIN_WORKER:
+            groups.setdefault(worker_of(g), []).append(g)
+    return groups
+
+
+def _cpu_now() -> float:
+    """CPU seconds (user + system) of this whole process so far (all its threads)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return round(r.ru_utime + r.ru_stime, 2)
 
 
 def _prestart() -> bool:
@@ -195,10 +226,10 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
          tolerance: float, t0: float, reference_path: str, candidate_path: str, split: bool = False) -> dict:
     plans: dict[str, list[dict]] = {}
     results: dict[str, dict] = {}
-    # split: gates with OWN_WORKER are planned in the background and run in their own worker
-    own = [g for g in gate_ids if split and getattr(GATES[g], "OWN_WORKER", False)]
+    # split: gates with a WORKER of their own are planned in the background and run in that worker
+    own = _split_workers(gate_ids) if split else {}
     for g in gate_ids:
-        if g not in own:
+        if worker_of(g) not in own:
             _plan(ctx, g, plans, results)
     serial = os.environ.get("KVERIFY_SERIAL_CHECK") == "1"
     std_future = pool.submit(_standard, sandbox, tolerance) if standard and not serial else None
@@ -221,16 +252,17 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
             except Exception:  # noqa: BLE001 — the gate's judge runs start() again and reports it
                 pass
 
-    def plan_and_run(g: str) -> tuple[dict, dict, dict]:
+    def plan_and_run(tag: str, gs: list[str]) -> tuple[dict, dict, dict]:
         # after the background starts above, which build their jobs in this thread (they may run the oracle)
         own_plans: dict[str, list[dict]] = {}
         own_results: dict[str, dict] = {}
-        _plan(ctx, g, own_plans, own_results)
-        own_jobs = own_plans.get(g, [])
-        outs = dict(zip([j["id"] for j in own_jobs], sandbox.run(own_jobs, tag=g))) if own_jobs else {}
+        for g in gs:
+            _plan(ctx, g, own_plans, own_results)
+        own_jobs = [j for g in gs for j in own_plans.get(g, [])]
+        outs = dict(zip([j["id"] for j in own_jobs], sandbox.run(own_jobs, tag=tag))) if own_jobs else {}
         return own_plans, own_results, outs
 
-    own_futures = [pool.submit(plan_and_run, g) for g in own]
+    own_futures = [pool.submit(plan_and_run, tag, gs) for tag, gs in own.items()]
     jobs = [j for g in plans for j in plans[g]]
     t_setup = time.monotonic()
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
@@ -264,7 +296,8 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                                    "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
                                    "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
                                    "loads": sandbox.load_seconds, "gates": gate_seconds,
-                                   "standard": std_seconds, "background": bg_seconds}}}
+                                   "standard": std_seconds, "background": bg_seconds,
+                                   "cpu": {**sandbox.cpu_seconds, "kverify": _cpu_now() - ctx.cpu0}}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

@@ -73,6 +73,10 @@ class Sandbox:
         (self.workdir / "candidate.py").write_text(self.candidate_source)
         self._launches = 0
         self.load_seconds: list[float] = []  #: time from each worker launch to "loaded" (import + compile)
+        #: CPU seconds (user + system, with its waited-for children such as compilers) of each worker
+        #: that ended normally, summed per tag; a sanitized worker's own process only (the
+        #: compute-sanitizer front end around it is not counted)
+        self.cpu_seconds: dict[str, float] = {}
         self._live: set = set()  # running workers (run() may be called from several threads)
         self._lock = threading.Lock()
         self._cancelled = False
@@ -213,6 +217,11 @@ class Sandbox:
                     outcomes[k] = Outcome("crash", detail=f"{describe_exit(rc)} during the call; "
                                                           f"output tail: {_tail(log_path)}", log=str(log_path))
                 return k + 1
+            line = reader.next(30)  # the worker's last line: its CPU seconds
+            if line and line.startswith("cpu "):
+                tag = jobdir.name
+                with self._lock:
+                    self.cpu_seconds[tag] = round(self.cpu_seconds.get(tag, 0.0) + float(line[4:]), 2)
             proc.wait(timeout=120)
             return len(jobs)
         finally:

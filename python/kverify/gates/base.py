@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kverify import engine
-from kverify.problem import InputSpec, Oracle, Problem, derive_seed, synthesize
+from kverify.problem import STATE_LOCK, InputSpec, Oracle, Problem, derive_seed, synthesize
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Context:
     oracle: Oracle
     cache: dict = field(default_factory=dict)
     sandbox: object = None  # kverify.sandbox.Sandbox, for gates that need further rounds (G05)
+    cpu0: float = 0.0  # the check process's CPU seconds when the check began (meta.seconds.cpu)
     timeout: float = 120.0
     #: gate id -> concurrent.futures.Future of the work a gate's start(ctx) put in the background
     background: dict = field(default_factory=dict)
@@ -72,8 +73,9 @@ class Context:
         """Input specs at ``binding`` (sampled once from get_inputs with the base seed)."""
         key = ("specs", repr(sorted((binding or {}).items())))
         if key not in self.cache:
-            self.cache[key] = self.problem.input_specs(self.seed, binding)
-            self.problem.bind(None)
+            with STATE_LOCK:  # bind(None) outside it could reset a binding another thread runs the reference at
+                self.cache[key] = self.problem.input_specs(self.seed, binding)
+                self.problem.bind(None)
         return self.cache[key]
 
     def small_binding(self, limit: int = 1 << 16) -> dict | None:

@@ -19,8 +19,8 @@ from kverify.gates.base import Context, accuracy_run, spec_numel
 GATE, NAME, TOLERANCE_FREE = "G05", "shapes", False
 #: Planning runs the reference at every variant (seconds): when check() prestarts workers, G05 is
 #: planned in a background thread and its jobs run in a worker of their own ("G05"), beside the
-#: other gates' worker, instead of delaying it.
-OWN_WORKER = True
+#: other gates' worker, instead of delaying it (kverify.check.worker_of).
+WORKER = "G05"
 SIZES = (1, 2, 3, 7, 13, 31, 33, 63, 65, 127, 129, 255, 257)
 SMALL_PRIMES = (1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
 MIN_BUDGET = 1 << 22       # elements of all inputs together, at least

@@ -16,9 +16,12 @@ import torch
 
 from kverify import engine
 from kverify.gates.base import Context
-from kverify.problem import as_outputs
+from kverify.problem import STATE_LOCK, as_outputs
 
 GATE, NAME, TOLERANCE_FREE = "G09", "sensitivity", True
+#: With prestarting, G09 and G10 (the two slowest of the other gates) run in a second worker beside
+#: the main one (kverify.check.worker_of).
+WORKER = "gates-b"
 CALLS = 12
 
 
@@ -40,7 +43,14 @@ def plan(ctx: Context) -> list[dict]:
 
 @torch.no_grad()
 def _reference_outputs(ctx: Context, job: dict) -> dict:
-    """The low-precision reference under the same perturbations, in the parent."""
+    """The low-precision reference under the same perturbations, in the parent (holding
+    STATE_LOCK: it binds the default shape and changes the cached reference's weights for a moment,
+    while other threads of the check may run the reference)."""
+    with STATE_LOCK:
+        return _reference_outputs_locked(ctx, job)
+
+
+def _reference_outputs_locked(ctx: Context, job: dict) -> dict:
     ref, _ = ctx.oracle.models(None)
     ctx.problem.bind(None)
     base = ctx.inputs_of(job)

@@ -16,6 +16,9 @@ import torch
 from kverify.gates.base import Context, judge_labelled_runs
 
 GATE, NAME, TOLERANCE_FREE = "G10", "range", False
+#: With prestarting, G09 and G10 (the two slowest of the other gates) run in a second worker beside
+#: the main one (kverify.check.worker_of).
+WORKER = "gates-b"
 SCALES = {torch.float32: (1e3, 1e6, 1e15, 1e30, 1e-6, 1e-20, 1e-40),
           torch.bfloat16: (1e3, 1e6, 1e15, 1e30, 1e-6, 1e-20, 1e-40),
           torch.float16: (1e2, 1e3, 1e-3, 1e-6),
