@@ -4,8 +4,9 @@
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
 # Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
+# The audit log (progress, per-row failures) and a tail of it come back.
 source "$(dirname "$0")/device_common.sh"
-install_kverify
+[ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
   python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" > "$OUT/controls_cuda.txt" 2>&1
   echo "controls rc=$?"; tail -6 "$OUT/controls_cuda.txt"
@@ -19,7 +20,7 @@ J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
 [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
 left=$(( ${AUDIT_S:-300} ))
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-6}" > "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
@@ -27,6 +28,18 @@ db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoint
 secs = [r[0] for r in db.execute("select seconds from kernels")]
 print(len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
 print("median seconds per kernel", statistics.median(secs) if secs else "n/a")
+PY
+python3 - "$OUT/audit.log" <<'PY'
+import re, statistics, sys
+text = open(sys.argv[1], errors="replace").read()
+checks = [(float(a), float(b)) for a, b in re.findall(r"\[check (\d+)s, cpu (\d+)s", text)]
+builds = [float(x) for x in re.findall(r"built \S+ +([\d.]+)s", text)]
+if checks:
+    print(f"checks journalled this call: {len(checks)}; median wall {statistics.median(c[0] for c in checks):.0f} s, "
+          f"median CPU {statistics.median(c[1] for c in checks):.0f} s")
+if builds:
+    print(f"builds: {len(builds)}; median {statistics.median(builds):.0f} s")
+print("out-of-memory deferrals:", text.count("out of GPU memory"))
 PY
 tail -c 600 "$OUT/audit.log"
 echo "total: $(( $(date +%s) - t0 )) s"

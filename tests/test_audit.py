@@ -183,6 +183,54 @@ def test_out_of_memory_is_recognised_in_reason_or_report():
     assert not out_of_memory({"gates": [{"gate": "G02", "summary": "normwise err 1e-3 vs bound 1e-6"}]}, "")
 
 
+def test_oom_where_names_the_part_that_ran_out_of_memory():
+    from kverify.audit import oom_where
+
+    rep = {"gates": [{"gate": "G02", "summary": "ok"}, {"gate": "G05", "evidence": {"v": "CUDA out of memory"}}],
+           "standard": {"summary": "trial 0: raised OutOfMemoryError"}}
+    assert oom_where(rep, "") == "G05,standard"
+    assert oom_where(None, "cudaErrorMemoryAllocation") == "reason"
+    assert oom_where({"gates": [], "meta": {"x": "out of memory"}}, "") == "report"
+    assert oom_where({"gates": [{"gate": "G02", "summary": "fine"}], "standard": {}}, "") == ""
+
+
+def test_a_check_starts_on_a_gpu_only_when_it_has_room():
+    """gpu_with_room: an idle GPU always has room; a busy one needs ``need`` MiB both unbooked by
+    its running checks (total - their needs) and free beyond what its checks started in the last
+    settle_s seconds may still take; unknown memory: room."""
+    from kverify.audit import gpu_with_room
+
+    G = 1024
+    mem = lambda free, total=140 * G: (free, total)  # noqa: E731
+    assert gpu_with_room(["0"], [("0", 0.0, 20 * G)], {"0": mem(1000)}, 20 * G, now=100.0) is None  # busy, full
+    assert gpu_with_room(["0"], [], {"0": mem(1000)}, 200 * G, now=100.0) == "0"  # idle: always, however large
+    assert gpu_with_room(["0"], [("0", 0.0, 20 * G)], None, 20 * G, now=100.0) == "0"  # unknown: room
+    # 50 GiB free, one check of 20 started 10 s ago (may take 20 more): 30 >= 20, room; two fresh: no
+    assert gpu_with_room(["0"], [("0", 90.0, 20 * G)], {"0": mem(50 * G)}, 20 * G, now=100.0) == "0"
+    assert gpu_with_room(["0"], [("0", 90.0, 20 * G), ("0", 95.0, 20 * G)], {"0": mem(50 * G)}, 20 * G,
+                         now=100.0) is None
+    # the same two started long ago have allocated already: 50 free is room
+    assert gpu_with_room(["0"], [("0", 0.0, 20 * G), ("0", 5.0, 20 * G)], {"0": mem(50 * G)}, 20 * G,
+                         now=100.0) == "0"
+    # booked: a big check (100 of 140) that has not reached its peak leaves no room for 50, free or not
+    assert gpu_with_room(["0"], [("0", 0.0, 100 * G)], {"0": mem(120 * G)}, 50 * G, now=100.0) is None
+    assert gpu_with_room(["0"], [("0", 0.0, 100 * G)], {"0": mem(120 * G)}, 30 * G, now=100.0) == "0"
+    # two GPUs: the one with room, else the least busy with room
+    assert gpu_with_room(["0", "1"], [("0", 0.0, 8 * G)], {"0": mem(1000), "1": mem(1000)}, 8 * G,
+                         now=100.0) == "1"
+    assert gpu_with_room(["0", "1"], [("0", 0.0, 8 * G), ("1", 0.0, 8 * G), ("1", 1.0, 8 * G)],
+                         {"0": mem(90 * G), "1": mem(90 * G)}, 8 * G, now=100.0) == "0"
+    assert gpu_with_room(["0", "1"], [("0", 0.0, 8 * G), ("1", 0.0, 8 * G)], {"0": mem(10), "1": mem(10)}, 8 * G,
+                         now=100.0) is None
+
+
+def test_a_checks_memory_need_grows_with_its_inputs():
+    from kverify.audit import INPUT_FACTOR, check_need_mib
+
+    assert check_need_mib(8, 0) == 8 * 1024
+    assert check_need_mib(8, 2**30) == 8 * 1024 + INPUT_FACTOR * 1024
+
+
 def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
     for extra, words in ((["--limit", "0"], "--limit"), (["--id", "ex/nope"], "no row")):
         r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
@@ -214,13 +262,16 @@ def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
     seen = {}
     def fake_check(*args):
         seen["env"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        seen["schedule"] = os.environ.get("KVERIFY_CUDA_SCHEDULE")
         return None, "CLEAN", "", 0.0
 
     monkeypatch.setattr(audit, "_timed_check", fake_check)
     monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
     _unset_until_teardown(monkeypatch, "CUDA_VISIBLE_DEVICES")
+    _unset_until_teardown(monkeypatch, "KVERIFY_CUDA_SCHEDULE")
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), gpu="1")
     assert seen["env"] == "1"
+    assert seen["schedule"] == "block"  # an audit's processes wait for the GPU without spinning
 
 
 def test_merge_leaves_nothing_behind_on_bad_input(tmp_path):

@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections import deque
@@ -84,8 +85,8 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     return report, klass, reason
 
 
-def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float]:
-    """(status, error, seconds) of kverify.build.precompile for one row; never raises."""
+def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float, int]:
+    """(status, error, seconds, input bytes) of kverify.build.precompile for one row; never raises."""
     from kverify.build import precompile
     from kverify.corpus import row_sources
 
@@ -95,9 +96,9 @@ def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float]
         ref_path, cand_path = src.paths(corpus)
         p = precompile(src.reference, ref_path, src.candidate, cand_path, device=opts["device"], seed=opts["seed"],
                        timeout=opts["timeout"], load_timeout=opts["load_timeout"], tolerance=src.tolerance)
-        return p.status, p.error, p.seconds
+        return p.status, p.error, p.seconds, p.input_bytes
     except Exception as e:  # noqa: BLE001 — the check will meet the same problem and record it
-        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3)
+        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0
 
 
 def _timed_check(*args) -> tuple:
@@ -108,7 +109,7 @@ def _timed_check(*args) -> tuple:
 def run_audit(corpus: str, journal: str, shard: str | None = None, device: str | None = None, seed: int = 0,
               timeout: float = 120.0, limit: int | None = None, ids: list[str] | None = None,
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
-              load_timeout: float = 900.0, gpus: list[str] | None = None) -> int:
+              load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -117,6 +118,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             (each check builds its candidate when it first loads it).
         gpus: CUDA device ids (as CUDA_VISIBLE_DEVICES names them) to spread the check processes
             over; None or one id: every process sees the GPUs this process sees.
+        gpu_gib: base GiB of GPU memory to expect per check (check_need_mib adds INPUT_FACTOR x
+            its inputs) when deciding whether a GPU has room for one more (gpu_with_room); 0: no
+            memory check, only ``jobs``.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -150,22 +154,36 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     with Progress(*cols, console=console, transient=False) as bar:
         task = bar.add_task("audit", total=len(rows), completed=len(rows) - len(todo), rate="", counts=fmt())
 
-        def record(row, report, klass, reason, seconds):
+        def log(msg: str) -> None:  # one line per event, above the bar (a plain line in a log file)
+            bar.console.print(f"{time.monotonic() - t0:7.1f}s {msg}", soft_wrap=True, markup=False, highlight=False)
+
+        def record(row, report, klass, reason, seconds, note: str = ""):
             nonlocal finished
             j.record(row, report, klass, reason, round(seconds, 3))
             counts[klass] = counts.get(klass, 0) + 1
             finished += 1
             bar.update(task, advance=1, counts=fmt(), rate=f"{finished / (time.monotonic() - t0) * 60:.1f}/min")
+            log(row_line(row, report, klass, reason, seconds) + (f"  {note}" if note else ""))
 
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
             for row in todo:
                 t = time.monotonic()
                 record(row, *check_row(corpus, row, opts), time.monotonic() - t)
         else:
-            _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus)
+            _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib)
     j.close()
     Console().print(f"journal {journal}: {sum(counts.values())} kernels — {fmt()}", soft_wrap=True)
     return 0
+
+
+def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: float) -> str:
+    """One log line for a journalled row: class, seconds, the failing gates (or the reason), id."""
+    if report:
+        bad = [g["gate"] for g in report["gates"] if g["verdict"] not in ("PASS", "N/A", "UNSUPPORTED")]
+        what = "standard " + report["standard"]["verdict"] + ("; " + ",".join(bad) if bad else "")
+    else:
+        what = reason.splitlines()[0][:120] if reason else ""
+    return f"{klass:<13} {seconds:7.1f}s {row.get('id')}  {what}"
 
 
 def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None,
@@ -174,17 +192,33 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts).
     ``serial``: the check runs one worker at a time (KVERIFY_SERIAL_CHECK=1: no standard test or
     sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others."""
+    from kverify._internal import cuda_schedule
     from kverify._internal.lifeline import exit_with_parent
 
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if serial:
         os.environ["KVERIFY_SERIAL_CHECK"] = "1"
+    # many processes share the GPUs in an audit: wait for them without spinning on a core
+    # (kverify._internal.cuda_schedule; its workers inherit the setting)
+    os.environ.setdefault(cuda_schedule.ENV, "block")
+    if opts.get("device") == "cuda":
+        cuda_schedule.apply()
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
+    res = (*res, _cpu_seconds())
     with open(out + ".tmp", "w") as f:
         json.dump(res, f)
     os.replace(out + ".tmp", out)
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its waited-for descendants (the
+    check's workers, sanitizer runs, compilers)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 1)
 
 
 _OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation")
@@ -192,8 +226,24 @@ _OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation")
 
 def out_of_memory(report: dict | None, reason: str) -> bool:
     """True when the row's reason or any part of its report says the GPU ran out of memory."""
-    text = (reason + (json.dumps(report) if report else "")).lower()
-    return any(k in text for k in _OOM)
+    return bool(oom_where(report, reason))
+
+
+def oom_where(report: dict | None, reason: str) -> str:
+    """Where the row's reason or report says the GPU ran out of memory: "reason", a gate id, or
+    "standard" (comma-separated), "" when nowhere."""
+    def hit(x) -> bool:
+        text = (x if isinstance(x, str) else json.dumps(x)).lower()
+        return any(k in text for k in _OOM)
+
+    where = ["reason"] if hit(reason) else []
+    for g in (report or {}).get("gates", []):
+        where += [g.get("gate", "?")] if hit(g) else []
+    if report and hit(report.get("standard", {})):
+        where.append("standard")
+    if report and not where and hit(report):
+        where.append("report")
+    return ",".join(where)
 
 
 def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
@@ -204,14 +254,75 @@ def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
     return min(gpus, key=lambda g: busy.count(g))
 
 
+#: A check's GPU memory, estimated from its problem's tensor inputs at the problem's own shape:
+#: the parent's fp64 oracle copies (2x an fp32 input), G05's variants (up to BUDGET_FACTOR = 2 times
+#: the inputs, with their fp64 oracle), and the workers that run beside each other (gates, gates-b,
+#: G05, standard: each holds inputs and outputs) -- about 12x the inputs, plus a base for the CUDA
+#: contexts of its ~9 processes and small problems (``--gpu-gib``). A guess for scheduling, not a limit.
+INPUT_FACTOR = 12
+
+
+def check_need_mib(base_gib: float, input_bytes: int) -> int:
+    """GPU memory (MiB) to expect for one check: ``base_gib`` GiB + INPUT_FACTOR x its inputs."""
+    return int(base_gib * 1024 + INPUT_FACTOR * input_bytes / 2**20)
+
+
+def gpu_memory_mib(gpus: list[str]) -> dict[str, tuple[int, int]] | None:
+    """(free, total) memory in MiB of each of ``gpus`` (nvidia-smi indices, as CUDA_VISIBLE_DEVICES
+    names them by default), read with nvidia-smi; None when it cannot be read (no nvidia-smi, an id
+    that is not an index)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.free,memory.total", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    mem = {}
+    for line in r.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            mem[parts[0]] = (int(parts[1]), int(parts[2]))
+    return {g: mem[g] for g in gpus} if all(g in mem for g in gpus) else None
+
+
+def gpu_with_room(gpus: list[str], running: list[tuple[str | None, float, int]],
+                  memory: dict[str, tuple[int, int]] | None, need_mib: int, now: float,
+                  settle_s: float = 30.0) -> str | None:
+    """The GPU to start the next check on, or None to wait.
+
+    ``running``: (gpu, start time, need in MiB) of the running checks; ``memory``: gpu_memory_mib's
+    reading (None: unknown, only the idle rule and the accounting below cannot apply, so every GPU
+    has room). A GPU has room when no check runs on it (so every row runs, however large), or when
+    both (a) its total memory less the needs of its running checks and (b) its free memory less the
+    needs of its checks started under ``settle_s`` seconds ago (they may not have allocated yet)
+    are at least ``need_mib``. Of the GPUs with room, the one running the fewest checks.
+    """
+    def room(g: str) -> bool:
+        mine = [(t, need) for gg, t, need in running if gg == g]
+        if not mine or memory is None:
+            return True
+        free, total = memory[g]
+        booked = sum(need for _, need in mine)
+        fresh = sum(need for t, need in mine if now - t < settle_s)
+        return total - booked >= need_mib and free - fresh >= need_mib
+
+    ok = [g for g in gpus if room(g)]
+    return min(ok, key=lambda g: sum(1 for gg, *_ in running if gg == g)) if ok else None
+
+
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
-              gpus: list[str] | None = None) -> None:
+              gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
     GPU is not recorded but run again at the end, alone and serial (one worker at a time, see
-    _task); only what runs out of memory so is recorded so. Processes end with this one (lifeline)."""
+    _task); only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
+    check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
+    row's input bytes as measured by its build; memory read with nvidia-smi at most every 2 s),
+    so fewer run out of memory beside others. Builds are spread over the GPUs (their warm-up call
+    runs there). Processes end with this one (lifeline)."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -219,10 +330,26 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
                "alone": deque()}
     limit = {"build": compile_jobs, "check": jobs, "alone": 1}
-    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu)
+    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time)
     built: dict[str, float] = {}
     deaths: dict[tuple, int] = {}
     n = 0
+    mem_at: list = [-1e9, None]  # (time of the last nvidia-smi reading, its result)
+    inputs: dict[str, int] = {}  # row id -> bytes of its inputs (from its build)
+
+    def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
+        """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
+        process sees). Builds (one warm-up call each) are spread over the GPUs, never held back."""
+        if stage == "build":
+            return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] == "build"])
+        if not gpus or gpu_gib <= 0:
+            return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] != "build"])
+        now = time.monotonic()
+        if now - mem_at[0] >= 2.0:
+            mem_at[:] = [now, gpu_memory_mib(gpus)]
+        g = gpu_with_room(gpus, [(r[4], r[5], r[6]) for r in running.values() if r[1] != "build"], mem_at[1],
+                          need, now)
+        return g is not None, (g if len(gpus) > 1 else None)
     try:
         while any(waiting.values()) or running:
             for stage in ("check", "build", "alone"):
@@ -233,17 +360,22 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 while waiting[stage] and sum(r[1] == stage for r in running.values()) < limit[stage]:
                     if stage == "build" and len(waiting["check"]) + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break  # far enough ahead of the checks
+                    kind = "check" if stage == "alone" else stage
+                    need = check_need_mib(gpu_gib, inputs.get(waiting[stage][0]["id"], 0)) if kind == "check" else 0
+                    may, gpu = choose_gpu(kind, need)
+                    if not may:
+                        break  # no GPU has room now: wait for a check to end
                     row = waiting[stage].popleft()
                     n += 1
                     out = str(tmp / f"{n}.json")
-                    kind = "check" if stage == "alone" else stage
-                    gpu = None if kind == "build" else pick_gpu(gpus, [r[4] for r in running.values()])
                     p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, stage == "alone"),
                                     daemon=True)
                     p.start()
-                    running[p.sentinel] = (p, stage, row, out, gpu)
+                    # the GPU it counts against: its own, or the only one
+                    counted = gpu if gpu is not None else (gpus[0] if gpus and len(gpus) == 1 else None)
+                    running[p.sentinel] = (p, stage, row, out, counted, time.monotonic(), need)
             for sentinel in mp_wait(list(running), timeout=1.0):
-                p, stage, row, out, _ = running.pop(sentinel)
+                p, stage, row, out, gpu_used, *_ = running.pop(sentinel)
                 p.join()
                 try:
                     with open(out) as f:
@@ -251,6 +383,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 except (OSError, ValueError):
                     k = (stage, row["id"])
                     deaths[k] = deaths.get(k, 0) + 1
+                    log(f"{stage} process of {row['id']} {describe_exit(p.exitcode)} (death {deaths[k]} of {attempts})")
                     if deaths[k] < attempts:
                         waiting[stage].append(row)
                     else:
@@ -258,18 +391,25 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                                                       f"{describe_exit(p.exitcode)}, {attempts} times", 0.0)
                     continue
                 if stage == "build":
-                    status, error, seconds = res
+                    status, error, seconds, input_bytes, cpu = res
+                    inputs[row["id"]] = input_bytes
                     if status == "compile_error":
                         record(row, None, "COMPILE_ERROR", error, seconds)
                     else:
                         built[row["id"]] = seconds
                         waiting["check"].append(row)
+                        log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB {row['id']}"
+                            + (f"  {error[:160]}" if error else ""))
                 else:
-                    report, klass, reason, seconds = res
-                    if stage == "check" and (jobs > 1 or compile_jobs) and out_of_memory(report, reason):
+                    report, klass, reason, seconds, cpu = res
+                    where = oom_where(report, reason)
+                    if stage == "check" and (jobs > 1 or compile_jobs) and where:
                         waiting["alone"].append(row)
+                        log(f"out of GPU memory ({where}) beside other checks on GPU {gpu_used}, to run again alone "
+                            f"at the end: {row['id']}")
                         continue
-                    record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds)
+                    record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
+                           note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s, GPU {gpu_used}]")
     finally:
         for p, *_ in running.values():
             p.kill()

@@ -94,12 +94,15 @@ class Precompiled:
     another reason), "crash" / "timeout" (its process died or hung in the warm-up call).
     error: one line for the journal (the compiler's first error for compile_error).
     seconds: wall time of the step; builds: kverify_build.json (per extension: mode, ok, seconds).
+    input_bytes: bytes of the problem's tensor inputs at its own shape (the audit's GPU-memory
+    estimate of a check, kverify.audit.check_need_mib).
     """
 
     status: str
     error: str
     seconds: float
     builds: dict
+    input_bytes: int = 0
 
 
 def precompile(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
@@ -110,6 +113,10 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     Never raises for a bad candidate: every failure is in the returned status. Raises LoadError
     only when the reference itself cannot be loaded.
     """
+    import math
+
+    import torch
+
     from kverify._internal.fastbuild import read_state
     from kverify.check import resolve_device
     from kverify.errors import LoadError
@@ -137,7 +144,9 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     failed = failed_build(builds)
     if failed:
         status, error = "compile_error", failed
-    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds)
+    input_bytes = sum(math.prod(sp.shape) * torch.empty((), dtype=getattr(torch, sp.dtype)).element_size()
+                      for sp in specs if sp.kind == "tensor")
+    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes)
 
 
 def failed_build(builds: dict) -> str:

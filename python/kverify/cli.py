@@ -95,7 +95,8 @@ def cmd_audit(a) -> int:
                 else visible or [str(i) for i in range(torch.cuda.device_count())])
     return run_audit(a.corpus, a.journal, shard=a.shard, device=device, seed=a.seed,
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
-                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus)
+                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
+                     gpu_gib=a.gpu_gib if device == "cuda" else 0.0)
 
 
 def cmd_merge(a) -> int:
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows precompiled at once, ahead of the checks (default 0: no separate compile step)")
     au.add_argument("--gpus", default=None,
                     help="comma-separated CUDA device ids to spread the checks over (default: every visible GPU)")
+    au.add_argument("--gpu-gib", type=float, default=8.0,
+                    help="base GiB of GPU memory to expect per check, to which 12x the bytes of the problem's "
+                         "inputs are added; a check starts on a busy GPU only when that much is free and not "
+                         "booked by its other checks (default 8; 0: no memory check, only --jobs)")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")

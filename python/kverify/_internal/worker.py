@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -27,7 +28,7 @@ if __name__ == "__main__":  # before the slow imports: a kverify killed meanwhil
 import torch  # noqa: E402
 
 from kverify import engine
-from kverify._internal import fastbuild
+from kverify._internal import cuda_schedule, fastbuild
 from kverify.errors import LoadError
 from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
 
@@ -443,6 +444,7 @@ def main() -> int:
     with open(os.path.join(jobdir, "spec.json")) as f:
         spec = json.load(f)
     if spec["device"] == "cuda":
+        cuda_schedule.apply()  # KVERIFY_CUDA_SCHEDULE (the audit's checks: block), before the context exists
         torch.cuda.init()
     fastbuild.install()  # load_inline builds go to the candidate's cache folder (kverify.build)
     try:
@@ -468,7 +470,11 @@ def main() -> int:
         except Exception:  # noqa: BLE001 — kverify's own fault inside the worker
             result = {"error": traceback.format_exc()[-2000:]}
         _atomic_save(result, os.path.join(jobdir, f"result_{k}.pt"))
+        if spec["device"] == "cuda":  # give cached blocks back: other checks' processes share the GPU
+            torch.cuda.empty_cache()
         status.write(f"done {k}\n")
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    status.write(f"cpu {own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime:.2f}\n")
     return 0
 
 
