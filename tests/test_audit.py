@@ -241,9 +241,10 @@ def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
 def test_checks_are_spread_over_the_gpus_fewest_busy_first():
     from kverify.audit import pick_gpu
 
-    assert pick_gpu(None, []) is None and pick_gpu(["0"], ["0"]) is None  # one GPU: nothing to choose
+    assert pick_gpu(None, []) is None and pick_gpu([], []) is None
+    assert pick_gpu(["1"], ["1"]) == "1"  # one GPU (e.g. --gpus 1): still named, so the process sees that one
     assert pick_gpu(["0", "1"], []) == "0"
-    assert pick_gpu(["0", "1"], ["0", None]) == "1"  # builds (None) do not count
+    assert pick_gpu(["0", "1"], ["0", None]) == "1"  # processes on no particular GPU do not count
     assert pick_gpu(["2", "3"], ["2", "3", "3"]) == "2"
 
 

@@ -227,3 +227,58 @@ def test_a_prestarted_worker_takes_only_the_run_it_was_started_for(tmp_path, run
     finally:
         sb.cancel()
         sb.cleanup()
+
+
+@pytest.mark.parametrize("where", ["gates-b", "G05", "nowhere"])
+def test_g12_sees_tampering_in_the_other_gate_workers(tmp_path, monkeypatch, where):
+    """A candidate that replaces a timer only in the worker running G09/G10 ("gates-b") or G05's
+    worker is caught by G12, whose own job runs in the main worker: each worker reports G12's
+    process-wide findings after its last job. "nowhere" is the correct twin."""
+    monkeypatch.setenv("KVERIFY_PRESTART", "1")
+    body = ("from pathlib import Path\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            f"        if Path(sys.argv[1]).name == {where!r}:\n"
+            "            time.perf_counter = lambda: 0.0\n"
+            "        return torch.relu(x)\n")
+    r = _check(tmp_path, body, gates=["G01", "G05", "G09", "G12"])
+    g12 = next(g for g in r["gates"] if g["gate"] == "G12")
+    if where == "nowhere":
+        assert g12["verdict"] == "PASS", g12
+    else:
+        assert g12["verdict"] == "FAIL" and "perf_counter" in g12["summary"], g12
+        assert where in g12["evidence"]["other_workers"], g12
+
+
+def test_a_worker_left_with_a_non_daemon_thread_still_ends(tmp_path, monkeypatch):
+    """A candidate that leaves a non-daemon thread running does not keep its worker alive (the
+    worker ends with os._exit after its last line): the check finishes and G12 reports the thread."""
+    monkeypatch.setenv("KVERIFY_PRESTART", "0")
+    body = ("import threading\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        threading.Thread(target=time.sleep, args=(600,), daemon=False).start()\n"
+            "        return torch.relu(x)\n")
+    t = time.monotonic()
+    r = _check(tmp_path, body, gates=["G01", "G12"], standard=False)
+    assert time.monotonic() - t < 90
+    g12 = next(g for g in r["gates"] if g["gate"] == "G12")
+    assert g12["verdict"] == "FAIL" and "thread" in g12["summary"], g12
+
+
+@pytest.mark.parametrize("prestart", ["0", "1"])
+def test_g04_runs_the_reference_at_its_own_shape_after_g05_planned_others(tmp_path, monkeypatch, prestart):
+    """G05's planning binds the free dimensions to its variants; G04's judge then runs the
+    reference and must bind the job's own shape first (a reference that reads N in forward would
+    otherwise fail: G04 ERROR)."""
+    monkeypatch.setenv("KVERIFY_PRESTART", prestart)
+    ref = ("import torch\nimport torch.nn as nn\nN = 64\n"
+           "class Model(nn.Module):\n"
+           "    def forward(self, x):\n"
+           "        return torch.relu(x.reshape(N, -1)).reshape(-1)\n"
+           "def get_inputs():\n    return [torch.randn(N * 8)]\n"
+           "def get_init_inputs():\n    return []\n")
+    cand = ref.replace("class Model(", "class ModelNew(")
+    r = check(ref, str(tmp_path / "reference.py"), cand, str(tmp_path / "cand.py"), device="cpu",
+              workdir=tmp_path / "work", gates=["G04", "G05"], standard=False)
+    assert [g["verdict"] for g in r["gates"]] == ["PASS", "PASS"], r["gates"]

@@ -35,6 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from kverify._internal import cuda_schedule
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import CLASSES, Journal
 
@@ -116,8 +117,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         jobs: rows checked at once (each check runs its candidate in its own workers).
         compile_jobs: rows precompiled at once ahead of the checks; 0 = no separate compile step
             (each check builds its candidate when it first loads it).
-        gpus: CUDA device ids (as CUDA_VISIBLE_DEVICES names them) to spread the check processes
-            over; None or one id: every process sees the GPUs this process sees.
+        gpus: CUDA device ids (as CUDA_VISIBLE_DEVICES names them, in PCI bus order as nvidia-smi
+            numbers them) to spread the build and check processes over, each seeing only its own
+            (CUDA_DEVICE_ORDER=PCI_BUS_ID unless set); None: every process sees the GPUs this one sees.
         gpu_gib: base GiB of GPU memory to expect per check (check_need_mib adds INPUT_FACTOR x
             its inputs) when deciding whether a GPU has room for one more (gpu_with_room); 0: no
             memory check, only ``jobs``.
@@ -126,6 +128,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     """
     from kverify.corpus import iter_rows
 
+    try:  # its check processes apply it (_task): a bad value must stop the audit, not every row
+        cuda_schedule.validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if jobs < 1 or compile_jobs < 0:
         raise UsageError(f"--jobs must be >= 1 and --compile-jobs >= 0, got {jobs} and {compile_jobs}")
     if limit is not None and limit < 1:
@@ -192,16 +198,18 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts).
     ``serial``: the check runs one worker at a time (KVERIFY_SERIAL_CHECK=1: no standard test or
     sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others."""
-    from kverify._internal import cuda_schedule
     from kverify._internal.lifeline import exit_with_parent
 
     if gpu is not None:
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # the ids nvidia-smi reports (gpu_memory_mib)
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if serial:
         os.environ["KVERIFY_SERIAL_CHECK"] = "1"
     # many processes share the GPUs in an audit: wait for them without spinning on a core
-    # (kverify._internal.cuda_schedule; its workers inherit the setting)
+    # (kverify._internal.cuda_schedule), and give cached memory back after each job (worker);
+    # its workers inherit both
     os.environ.setdefault(cuda_schedule.ENV, "block")
+    os.environ.setdefault("KVERIFY_EMPTY_CACHE", "1")
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
     exit_with_parent()
@@ -247,9 +255,9 @@ def oom_where(report: dict | None, reason: str) -> str:
 
 
 def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
-    """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running checks),
-    the first such in order; None when there is at most one GPU to choose from."""
-    if not gpus or len(gpus) < 2:
+    """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running processes
+    of one stage), the first such in order; None when there is no GPU to choose from."""
+    if not gpus:
         return None
     return min(gpus, key=lambda g: busy.count(g))
 
@@ -340,16 +348,18 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
         process sees). Builds (one warm-up call each) are spread over the GPUs, never held back."""
+        if not gpus:
+            return True, None
         if stage == "build":
             return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] == "build"])
-        if not gpus or gpu_gib <= 0:
+        if gpu_gib <= 0:
             return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] != "build"])
         now = time.monotonic()
         if now - mem_at[0] >= 2.0:
             mem_at[:] = [now, gpu_memory_mib(gpus)]
         g = gpu_with_room(gpus, [(r[4], r[5], r[6]) for r in running.values() if r[1] != "build"], mem_at[1],
                           need, now)
-        return g is not None, (g if len(gpus) > 1 else None)
+        return g is not None, g
     try:
         while any(waiting.values()) or running:
             for stage in ("check", "build", "alone"):
@@ -371,9 +381,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, stage == "alone"),
                                     daemon=True)
                     p.start()
-                    # the GPU it counts against: its own, or the only one
-                    counted = gpu if gpu is not None else (gpus[0] if gpus and len(gpus) == 1 else None)
-                    running[p.sentinel] = (p, stage, row, out, counted, time.monotonic(), need)
+                    running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
             for sentinel in mp_wait(list(running), timeout=1.0):
                 p, stage, row, out, gpu_used, *_ = running.pop(sentinel)
                 p.join()

@@ -106,9 +106,11 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         raise UsageError(f"tolerance must be a positive number, got {tolerance!r}")
     if not timeout > 0:
         raise UsageError(f"timeout must be positive, got {timeout!r}")
-    schedule = os.environ.get(cuda_schedule.ENV, "")
-    if schedule and schedule not in cuda_schedule.FLAGS:  # the workers apply it (kverify._internal.cuda_schedule)
-        raise UsageError(f"{cuda_schedule.ENV} must be one of {', '.join(cuda_schedule.FLAGS)}, got {schedule!r}")
+    try:  # the workers apply it; so does this process when it has no CUDA context yet
+        if cuda_schedule.validate() and device == "cuda" and not torch.cuda.is_initialized():
+            cuda_schedule.apply()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     kw = dict(reference_source=reference_source, reference_path=reference_path,
               candidate_source=candidate_source, candidate_path=candidate_path,
               device=device, seed=seed, timeout=timeout, tolerance=tolerance, load_timeout=load_timeout)
@@ -166,7 +168,8 @@ def _split_workers(gate_ids: list[str]) -> dict[str, list[str]]:
 
 
 def _cpu_now() -> float:
-    """CPU seconds (user + system) of this whole process so far (all its threads)."""
+    """CPU seconds (user + system) of this whole process so far (all its threads: under `kverify
+    controls`, several checks run as threads of one process and share this figure)."""
     import resource
 
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -174,8 +177,9 @@ def _cpu_now() -> float:
 
 
 def _prestart() -> bool:
-    """Start the workers (the gates', the standard test's, G11's sanitized ones, G05's own) before
-    the problem is prepared, and plan G05 in the background (check, _run's split)? Not in
+    """Start the workers (the gates', the standard test's, G11's sanitized ones, and those of the
+    gates with a WORKER of their own: G05's, G09 and G10's "gates-b") before the problem is
+    prepared, and plan those gates in the background (check, _run's split)? Not in
     KVERIFY_SERIAL_CHECK=1 runs; else KVERIFY_PRESTART=1/0 when set; else only with 4 or more CPUs
     (on 2 cores the workers' imports slow the preparation they would overlap: measured 2.9 s ->
     3.4 s for the matmul example)."""
@@ -297,7 +301,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                                    "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
                                    "loads": sandbox.load_seconds, "gates": gate_seconds,
                                    "standard": std_seconds, "background": bg_seconds,
-                                   "cpu": {**sandbox.cpu_seconds, "kverify": _cpu_now() - ctx.cpu0}}}}
+                                   "cpu": {**sandbox.cpu_seconds, "kverify": round(_cpu_now() - ctx.cpu0, 2)}}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

@@ -77,6 +77,9 @@ class Sandbox:
         #: that ended normally, summed per tag; a sanitized worker's own process only (the
         #: compute-sanitizer front end around it is not counted)
         self.cpu_seconds: dict[str, float] = {}
+        #: tag -> G12's process-wide findings ({"patched": [...], "threads_added": n}) of the last
+        #: worker of that tag that ended normally, taken after all its jobs
+        self.tampering: dict[str, dict] = {}
         self._live: set = set()  # running workers (run() may be called from several threads)
         self._lock = threading.Lock()
         self._cancelled = False
@@ -217,12 +220,11 @@ class Sandbox:
                     outcomes[k] = Outcome("crash", detail=f"{describe_exit(rc)} during the call; "
                                                           f"output tail: {_tail(log_path)}", log=str(log_path))
                 return k + 1
-            line = reader.next(30)  # the worker's last line: its CPU seconds
-            if line and line.startswith("cpu "):
-                tag = jobdir.name
-                with self._lock:
-                    self.cpu_seconds[tag] = round(self.cpu_seconds.get(tag, 0.0) + float(line[4:]), 2)
-            proc.wait(timeout=120)
+            self._read_end(jobdir.name, reader.next(30))
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:  # its results are in; whatever keeps it alive is not ours to wait for
+                self._kill(proc)
             return len(jobs)
         finally:
             reader.close()
@@ -230,6 +232,21 @@ class Sandbox:
                 self._kill(proc)
             with self._lock:
                 self._live.discard(proc)
+
+    def _read_end(self, tag: str, line) -> None:
+        """Record the worker's last status line, "end {cpu, patched, threads_added}" (JSON); a
+        missing or malformed line (the candidate shares the worker's process) is ignored."""
+        if not line or not line.startswith("end "):
+            return
+        try:
+            end = json.loads(line[4:])
+            cpu = float(end["cpu"])
+            tampering = {"patched": [str(p) for p in end["patched"]], "threads_added": int(end["threads_added"])}
+        except (ValueError, KeyError, TypeError):
+            return
+        with self._lock:
+            self.cpu_seconds[tag] = round(self.cpu_seconds.get(tag, 0.0) + cpu, 2)
+            self.tampering[tag] = tampering
 
     def _raise_load_error(self, jobdir: Path, proc, line, log_path: Path):
         err = jobdir / "load_error.json"

@@ -11,8 +11,8 @@ primitive instead; ``spin`` / ``yield`` / ``auto`` are CUDA's other modes. Resul
 only the way the host waits differs.
 
 The flags are set on each visible device's primary context through the driver API
-(cuDevicePrimaryCtxSetFlags), before torch creates the context; set later, they are ignored by the
-driver for a context already active -- so call apply() before anything initialises CUDA.
+(cuDevicePrimaryCtxSetFlags), before torch creates the context (kverify calls apply() first thing
+in its workers and audit processes, and in check() when no CUDA context exists yet).
 """
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ import os
 ENV = "KVERIFY_CUDA_SCHEDULE"
 #: CUdevice primary-context scheduling flags (cuda.h: CU_CTX_SCHED_AUTO/SPIN/YIELD/BLOCKING_SYNC)
 FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "block": 0x4}
+
+
+def validate() -> str:
+    """$KVERIFY_CUDA_SCHEDULE ("" when unset). Raises ValueError naming the variable and the modes
+    for an unknown value (callers turn it into a usage error before starting any process)."""
+    mode = os.environ.get(ENV, "")
+    if mode and mode not in FLAGS:
+        raise ValueError(f"{ENV} must be one of {', '.join(FLAGS)}, got {mode!r}")
+    return mode
 
 
 def apply(mode: str | None = None) -> str:

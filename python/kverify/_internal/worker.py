@@ -390,10 +390,17 @@ class Runner:
                     out["stream"] = {"not_applicable": "CPU run: no CUDA streams"}
         except Exception as e:  # noqa: BLE001
             return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
-        now = snapshot()
-        out["patched"] = [p for p, f in self.watched.items() if now.get(p) is not f]
-        out["threads_added"] = max(0, threading.active_count() - self.threads_before)
+        out.update(self.tampering())
         return out
+
+    def tampering(self) -> dict:
+        """G12's process-wide findings now: {"patched": watched functions replaced since the
+        candidate loaded, "threads_added": Python threads beyond those running then}."""
+        import threading
+
+        now = snapshot()
+        return {"patched": [p for p, f in self.watched.items() if now.get(p) is not f],
+                "threads_added": max(0, threading.active_count() - self.threads_before)}
 
     def standard(self, job) -> dict:
         """The field's check, in the field's way: reference first, then the candidate, on the same
@@ -470,13 +477,19 @@ def main() -> int:
         except Exception:  # noqa: BLE001 — kverify's own fault inside the worker
             result = {"error": traceback.format_exc()[-2000:]}
         _atomic_save(result, os.path.join(jobdir, f"result_{k}.pt"))
-        if spec["device"] == "cuda":  # give cached blocks back: other checks' processes share the GPU
-            torch.cuda.empty_cache()
+        if spec["device"] == "cuda" and os.environ.get("KVERIFY_EMPTY_CACHE") == "1":
+            torch.cuda.empty_cache()  # give cached blocks back: other checks' processes share the GPU (audit)
         status.write(f"done {k}\n")
+    # the last line: this worker's CPU seconds and G12's process-wide findings after all its jobs
+    # (G12 judges those of the workers that run other gates' jobs: kverify.gates.g12_stream)
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    status.write(f"cpu {own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime:.2f}\n")
+    end = {"cpu": round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2), **runner.tampering()}
+    status.write("end " + json.dumps(end) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)  # not sys.exit: a non-daemon thread the candidate left running must not keep us alive

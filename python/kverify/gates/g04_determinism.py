@@ -13,6 +13,7 @@ import torch
 
 from kverify import engine
 from kverify.gates.base import Context
+from kverify.problem import STATE_LOCK
 
 GATE, NAME, TOLERANCE_FREE = "G04", "determinism", True
 RUNS = 5
@@ -28,13 +29,18 @@ def plan(ctx: Context) -> list[dict]:
 
 @torch.no_grad()
 def _reference_deterministic(ctx: Context, job: dict) -> bool:
-    ref, _ = ctx.oracle.models(job.get("binding"))
+    """Three runs of the low-precision reference at the job's binding give the same bits? Holds
+    STATE_LOCK and binds the job's shape first: the reference may read its module's free
+    dimensions, which another gate's planning (G05) may have left at another value."""
     x = ctx.inputs_of(job)
     digests = set()
-    for _ in range(3):
-        y = ref(*[t.clone() if isinstance(t, torch.Tensor) else t for t in x])
-        ys = y if isinstance(y, (list, tuple)) else [y]
-        digests.add(tuple(engine.digest(o) for o in ys if isinstance(o, torch.Tensor)))
+    with STATE_LOCK:
+        ref, _ = ctx.oracle.models(job.get("binding"))
+        ctx.problem.bind(job.get("binding"))
+        for _ in range(3):
+            y = ref(*[t.clone() if isinstance(t, torch.Tensor) else t for t in x])
+            ys = y if isinstance(y, (list, tuple)) else [y]
+            digests.add(tuple(engine.digest(o) for o in ys if isinstance(o, torch.Tensor)))
     return len(digests) == 1
 
 

@@ -28,4 +28,24 @@ def plan(ctx: Context) -> list[dict]:
 
 
 def judge(ctx: Context, results: dict) -> dict:
-    return engine.judge(GATE, results["G12"])
+    """The core's G12 rule on the "G12" job's measurements, with the process-wide findings
+    (patched functions, extra threads) of the other workers that ran gates' jobs (G05's, G09 and
+    G10's "gates-b", kverify.check.worker_of) merged in, as each reported after its last job: a
+    candidate that tampers only there (after many calls, or on extreme inputs) is seen too."""
+    m = dict(results["G12"])
+    if "patched" in m:
+        from kverify.check import MAIN_WORKER, worker_of
+        from kverify.gates import GATES
+
+        others = {worker_of(g) for g in GATES} - {MAIN_WORKER}
+        seen = getattr(ctx.sandbox, "tampering", {}) if ctx.sandbox is not None else {}
+        where = {}
+        for tag in sorted(others & set(seen)):
+            t = seen[tag]
+            m["patched"] = list(dict.fromkeys([*m["patched"], *t["patched"]]))
+            m["threads_added"] = max(m.get("threads_added", 0), t["threads_added"])
+            if t["patched"] or t["threads_added"]:
+                where[tag] = t
+        if where:
+            m["other_workers"] = where
+    return engine.judge(GATE, m)
