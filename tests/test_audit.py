@@ -224,6 +224,18 @@ def test_a_check_starts_on_a_gpu_only_when_it_has_room():
                          now=100.0) is None
 
 
+def test_smaller_rows_pass_a_row_that_does_not_fit_until_its_patience_runs_out():
+    from kverify.audit import next_fitting
+
+    fits = lambda need: (need <= 50, "0" if need <= 50 else None)  # noqa: E731 — 50 MiB of room
+    assert next_fitting([(10, 0.0), (90, 0.0)], fits) == (0, "0")        # the head fits: it starts
+    assert next_fitting([(90, 10.0), (10, 0.0)], fits) == (1, "0")       # a small row passes the big head
+    assert next_fitting([(90, 301.0), (10, 0.0)], fits) is None          # patience over: nothing passes it
+    assert next_fitting([(90, 0.0), (80, 0.0)], fits) is None            # nothing fits: wait
+    assert next_fitting([(90, 0.0)] * 8 + [(10, 0.0)], fits) is None     # looks at the first 8 only
+    assert next_fitting([], fits) is None
+
+
 def test_a_checks_memory_need_grows_with_its_inputs():
     from kverify.audit import INPUT_FACTOR, check_need_mib
 

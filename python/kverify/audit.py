@@ -319,6 +319,24 @@ def gpu_with_room(gpus: list[str], running: list[tuple[str | None, float, int]],
     return min(ok, key=lambda g: sum(1 for gg, *_ in running if gg == g)) if ok else None
 
 
+def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
+                 patience_s: float = 300.0) -> tuple[int, str | None] | None:
+    """(index in the queue, GPU) of the row to start now, or None to wait.
+
+    ``queue``: (memory need in MiB, seconds waited) of the queued rows, in order; ``fits(need)``
+    -> (may it start now, GPU). The first of the first ``look`` rows that fits starts, so a row
+    too big for the memory left does not hold back smaller ones behind it -- until it has waited
+    ``patience_s``: then nothing passes it, the running checks drain, and an idle GPU always takes
+    it (gpu_with_room), so no row waits forever."""
+    for i, (need, waited) in enumerate(queue[:look]):
+        may, gpu = fits(need)
+        if may:
+            return i, gpu
+        if i == 0 and waited >= patience_s:
+            return None
+    return None
+
+
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
               gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
@@ -329,7 +347,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     _task); only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
     check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
     row's input bytes as measured by its build; memory read with nvidia-smi at most every 2 s),
-    so fewer run out of memory beside others. Builds are spread over the GPUs (their warm-up call
+    so fewer run out of memory beside others; smaller rows may pass one that does not fit yet
+    (next_fitting). Builds are spread over the GPUs (their warm-up call
     runs there). Processes end with this one (lifeline)."""
     from kverify.sandbox import describe_exit
 
@@ -338,12 +357,13 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
                "alone": deque()}
     limit = {"build": compile_jobs, "check": jobs, "alone": 1}
-    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time)
+    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time, need MiB)
     built: dict[str, float] = {}
     deaths: dict[tuple, int] = {}
     n = 0
     mem_at: list = [-1e9, None]  # (time of the last nvidia-smi reading, its result)
     inputs: dict[str, int] = {}  # row id -> bytes of its inputs (from its build)
+    queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
 
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
@@ -371,11 +391,21 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     if stage == "build" and len(waiting["check"]) + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break  # far enough ahead of the checks
                     kind = "check" if stage == "alone" else stage
-                    need = check_need_mib(gpu_gib, inputs.get(waiting[stage][0]["id"], 0)) if kind == "check" else 0
-                    may, gpu = choose_gpu(kind, need)
-                    if not may:
-                        break  # no GPU has room now: wait for a check to end
-                    row = waiting[stage].popleft()
+                    q = waiting[stage]
+                    if kind == "check":  # the first queued row that has room (next_fitting)
+                        now = time.monotonic()
+                        needs = [(check_need_mib(gpu_gib, inputs.get(r["id"], 0)), now - queued.get(r["id"], now))
+                                 for r in list(q)[:8]]
+                        pick = next_fitting(needs, lambda need: choose_gpu("check", need))
+                        if pick is None:
+                            break  # no GPU has room now: wait for a check to end
+                        i, gpu = pick
+                        need = needs[i][0]
+                    else:
+                        i, need = 0, 0
+                        gpu = choose_gpu(kind, 0)[1]
+                    row = q[i]
+                    del q[i]
                     n += 1
                     out = str(tmp / f"{n}.json")
                     p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, stage == "alone"),
@@ -406,6 +436,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     else:
                         built[row["id"]] = seconds
                         waiting["check"].append(row)
+                        queued[row["id"]] = time.monotonic()
                         log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB {row['id']}"
                             + (f"  {error[:160]}" if error else ""))
                 else:
