@@ -236,6 +236,54 @@ def test_smaller_rows_pass_a_row_that_does_not_fit_until_its_patience_runs_out()
     assert next_fitting([], fits) is None
 
 
+def test_gpu_memory_is_read_from_nvidia_smi_or_reported_unknown(tmp_path, monkeypatch):
+    """gpu_memory_mib parses nvidia-smi's CSV; ids it does not list, unparsable numbers, a failing
+    or missing nvidia-smi all give None (unknown: the scheduler then admits by --jobs alone)."""
+    from kverify.audit import gpu_memory_mib
+
+    fake = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake.write_text("#!/bin/sh\nprintf '0, 1000, 143771\\n1, 2000, 143771\\n'\n")
+    fake.chmod(0o755)
+    assert gpu_memory_mib(["0", "1"]) == {"0": (1000, 143771), "1": (2000, 143771)}
+    assert gpu_memory_mib(["1"]) == {"1": (2000, 143771)}
+    assert gpu_memory_mib(["2"]) is None                      # not listed
+    fake.write_text("#!/bin/sh\nprintf '0, [N/A], 143771\\n'\n")
+    assert gpu_memory_mib(["0"]) is None                      # unparsable
+    fake.write_text("#!/bin/sh\nexit 9\n")
+    assert gpu_memory_mib(["0"]) is None                      # failing
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_memory_mib(["0"]) is None                      # missing
+
+
+def test_a_row_line_names_class_seconds_failing_gates_or_reason():
+    from kverify.audit import row_line
+
+    rep = {"gates": [{"gate": "G01", "verdict": "PASS"}, {"gate": "G03", "verdict": "FAIL"},
+                     {"gate": "G12", "verdict": "CRASH"}, {"gate": "G11", "verdict": "N/A"}],
+           "standard": {"verdict": "PASS"}}
+    line = row_line({"id": "r1"}, rep, "BROKEN", "", 12.34)
+    assert "BROKEN" in line and "12.3s" in line and "r1" in line and "standard PASS; G03,G12" in line
+    line = row_line({"id": "r2"}, None, "UNJUDGED", "ref.py: get_inputs() raised\nmore", 1.0)
+    assert line.endswith("ref.py: get_inputs() raised")
+
+
+def test_precompile_reports_the_bytes_of_the_problems_inputs(tmp_path):
+    """The audit's memory estimate of a check (check_need_mib) comes from here: the tensor inputs
+    of the reference at its own shape (the relu example: one float32 tensor)."""
+    import math
+    from kverify.build import precompile
+    from kverify.problem import Problem
+
+    ex = ROOT / "relu"
+    ref = (ex / "reference.py").read_text()
+    specs = Problem(ref, str(ex / "reference.py"), 1e-2).input_specs(0)
+    want = sum(math.prod(s.shape) * 4 for s in specs if s.kind == "tensor")
+    p = precompile(ref, str(ex / "reference.py"), (ex / "correct.py").read_text(), str(ex / "correct.py"),
+                   device="cpu")
+    assert p.status == "ok" and want > 0 and p.input_bytes == want, p
+
+
 def test_a_checks_memory_need_grows_with_its_inputs():
     from kverify.audit import INPUT_FACTOR, check_need_mib
 
