@@ -176,7 +176,10 @@ def test_report_from_journal(whole, tmp_path):
 
 
 def test_out_of_memory_is_recognised_in_reason_or_report():
-    from kverify.audit import out_of_memory
+    from kverify.audit import oom_where
+
+    def out_of_memory(report, reason):
+        return bool(oom_where(report, reason))
 
     assert out_of_memory(None, "ref.py: the reference raised OutOfMemoryError at its own shape: CUDA out of memory.")
     assert out_of_memory({"gates": [{"gate": "G05", "summary": "crash: CUDA error: out of memory"}]}, "")

@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from kverify._internal import cuda_schedule
+from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import CLASSES, Journal
 
@@ -214,27 +214,13 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
         cuda_schedule.apply()
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
-    res = (*res, _cpu_seconds())
+    res = (*res, cpu_seconds())  # this row's processes: the check or build and everything it waited for
     with open(out + ".tmp", "w") as f:
         json.dump(res, f)
     os.replace(out + ".tmp", out)
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and of its waited-for descendants (the
-    check's workers, sanitizer runs, compilers)."""
-    import resource
-
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 1)
-
-
 _OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation")
-
-
-def out_of_memory(report: dict | None, reason: str) -> bool:
-    """True when the row's reason or any part of its report says the GPU ran out of memory."""
-    return bool(oom_where(report, reason))
 
 
 def oom_where(report: dict | None, reason: str) -> str:

@@ -144,8 +144,7 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     failed = failed_build(builds)
     if failed:
         status, error = "compile_error", failed
-    input_bytes = sum(math.prod(sp.shape) * torch.empty((), dtype=getattr(torch, sp.dtype)).element_size()
-                      for sp in specs if sp.kind == "tensor")
+    input_bytes = sum(math.prod(sp.shape) * getattr(torch, sp.dtype).itemsize for sp in specs if sp.kind == "tensor")
     return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes)
 
 

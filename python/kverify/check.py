@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kverify import _core
-from kverify._internal import cuda_schedule
+from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import Context
@@ -99,7 +99,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         LoadError: the reference or the candidate cannot be loaded (names the file and reason).
         UsageError: bad device or gate ids.
     """
-    t0, cpu0 = time.monotonic(), _cpu_now()
+    t0, cpu0 = time.monotonic(), cpu_seconds(children=False)
     device = resolve_device(device)
     gate_ids = gates or list(GATES)
     if not (tolerance > 0 and tolerance == tolerance):
@@ -165,15 +165,6 @@ def _split_workers(gate_ids: list[str]) -> dict[str, list[str]]:
         if worker_of(g) != MAIN_WORKER:
             groups.setdefault(worker_of(g), []).append(g)
     return groups
-
-
-def _cpu_now() -> float:
-    """CPU seconds (user + system) of this whole process so far (all its threads: under `kverify
-    controls`, several checks run as threads of one process and share this figure)."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return round(r.ru_utime + r.ru_stime, 2)
 
 
 def _prestart() -> bool:
@@ -301,7 +292,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                                    "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
                                    "loads": sandbox.load_seconds, "gates": gate_seconds,
                                    "standard": std_seconds, "background": bg_seconds,
-                                   "cpu": {**sandbox.cpu_seconds, "kverify": round(_cpu_now() - ctx.cpu0, 2)}}}}
+                                   "cpu": {**sandbox.cpu_seconds, "kverify": round(cpu_seconds(children=False) - ctx.cpu0, 2)}}}}
     return json.loads(_core.report_json(json.dumps(report)))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -28,7 +27,7 @@ if __name__ == "__main__":  # before the slow imports: a kverify killed meanwhil
 import torch  # noqa: E402
 
 from kverify import engine
-from kverify._internal import cuda_schedule, fastbuild
+from kverify._internal import cpu_seconds, cuda_schedule, fastbuild
 from kverify.errors import LoadError
 from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
 
@@ -482,8 +481,7 @@ def main() -> int:
         status.write(f"done {k}\n")
     # the last line: this worker's CPU seconds and G12's process-wide findings after all its jobs
     # (G12 judges those of the workers that run other gates' jobs: kverify.gates.g12_stream)
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    end = {"cpu": round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2), **runner.tampering()}
+    end = {"cpu": cpu_seconds(), **runner.tampering()}
     status.write("end " + json.dumps(end) + "\n")
     return 0
 

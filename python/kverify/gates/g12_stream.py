@@ -38,7 +38,7 @@ def judge(ctx: Context, results: dict) -> dict:
         from kverify.gates import GATES
 
         others = {worker_of(g) for g in GATES} - {MAIN_WORKER}
-        seen = getattr(ctx.sandbox, "tampering", {}) if ctx.sandbox is not None else {}
+        seen = getattr(ctx.sandbox, "tampering", {})
         where = {}
         for tag in sorted(others & set(seen)):
             t = seen[tag]
