@@ -3,8 +3,9 @@
 // a workspace of gridDim entries (O(1) in the tensor size), and one block folds them in a fixed
 // order: the result is identical run to run.
 //
-// Dense, 16-byte-aligned tensors are read 8 elements at a time with 16-byte streaming loads
-// (ld.global.cs: each byte is read once); anything else takes the strided path.
+// Dense, 16-byte-aligned tensors are read one step at a time with 16-byte streaming loads
+// (ld.global.cs: each byte is read once): 16 elements (two 8-element chunks, two loads per tensor)
+// for 16-bit pairs, 8 elements (one chunk) otherwise; anything else takes the strided path.
 #include "cuda/cuda_api.hpp"
 #include "cuda/cuda_check.cuh"
 
@@ -20,21 +21,31 @@ using compare::type_bytes;
 
 using compare::kChunk;
 
-/// 16-byte vectors holding elements [8k, 8k+8) of a dense tensor of type T.
-template <DType T>
-constexpr int kVecs = kChunk * type_bytes<T>() / 16;
+template <DType TC, DType TO>
+constexpr bool kPair16 = type_bytes<TC>() == 2 && type_bytes<TO>() == 2;
 
-/// Issue the streaming loads (ld.global.cs: each byte is read once) of chunk k.
-template <DType T>
-__device__ __forceinline__ void load_chunk(const void* base, int64_t k, uint4 (&q)[kVecs<T>]) {
-  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + k * kChunk * type_bytes<T>());
+/// Chunks per step of the vector loop: 2 for 16-bit pairs (16 elements: the per-step work of the
+/// loop and the flag tests is shared by twice as many elements), 1 otherwise (wider pairs would
+/// need more registers to keep two steps in flight).
+template <DType TC, DType TO>
+constexpr int kHalves = kPair16<TC, TO> ? 2 : 1;
+
+/// 16-byte vectors holding the `halves` chunks of one step of a dense tensor of type T.
+template <DType T, int halves>
+constexpr int kVecs = halves * kChunk * type_bytes<T>() / 16;
+
+/// Issue the streaming loads (ld.global.cs: each byte is read once) of step k (elements
+/// [k * 8 * halves, (k + 1) * 8 * halves)).
+template <DType T, int halves>
+__device__ __forceinline__ void load_step(const void* base, int64_t k, uint4 (&q)[kVecs<T, halves>]) {
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + k * halves * kChunk * type_bytes<T>());
 #pragma unroll
-  for (int v = 0; v < kVecs<T>; ++v) q[v] = __ldcs(p + v);
+  for (int v = 0; v < kVecs<T, halves>; ++v) q[v] = __ldcs(p + v);
 }
 
-/// Raw bits of element e of a loaded chunk (constant indices after unrolling: registers only).
-template <DType T>
-__device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[kVecs<T>], int e) {
+/// Raw bits of element e of a loaded step (constant indices after unrolling: registers only).
+template <DType T, int N>
+__device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[N], int e) {
   constexpr int sz = type_bytes<T>();
   auto word = [&](int w) -> uint32_t {
     const uint4& v = q[w / 4];
@@ -46,13 +57,18 @@ __device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[kVecs<T>], int
   else return (word(e / 2) >> (16 * (e % 2))) & 0xffffu;
 }
 
-/// Element source over a chunk held in registers (the first pass of step_chunk_lean).
-template <DType TC, DType TO>
+/// Element source over a step held in registers (the first pass of the lean chunk steps);
+/// o_or(h): OR of the oracle words of chunk h (16-bit oracles: one 16-byte vector per chunk).
+template <DType TC, DType TO, int halves>
 struct RegisterSource {
-  const uint4 (&qc)[kVecs<TC>];
-  const uint4 (&qo)[kVecs<TO>];
+  const uint4 (&qc)[kVecs<TC, halves>];
+  const uint4 (&qo)[kVecs<TO, halves>];
   __device__ __forceinline__ uint64_t c(int e) const { return element_bits<TC>(qc, e); }
   __device__ __forceinline__ uint64_t o(int e) const { return element_bits<TO>(qo, e); }
+  __device__ __forceinline__ uint32_t o_or(int h) const {
+    static_assert(type_bytes<TO>() == 2, "o_or: 16-bit oracles");
+    return qo[h].x | qo[h].y | qo[h].z | qo[h].w;
+  }
 };
 
 /// Element source that loads chunk elements from memory again (the rare second pass): keeps the
@@ -66,29 +82,36 @@ struct MemorySource {
   __device__ __forceinline__ uint64_t o(int e) const { return bits::load_raw(obase, first + e, type_bytes<TO>()); }
 };
 
-template <DType TC, DType TO>
-__device__ __forceinline__ void step_chunk(Running& r, const uint4 (&qc)[kVecs<TC>], const uint4 (&qo)[kVecs<TO>],
-                                           const TensorView& c, const TensorView& o, int64_t k, const compare::Bound& b) {
-  if constexpr (type_bytes<TC>() <= 4) {
-    compare::step_chunk_lean<TC, TO>(r, RegisterSource<TC, TO>{qc, qo}, MemorySource<TC, TO>{c.data, o.data, k * kChunk},
-                                     k * kChunk, b);
+/// Measure step k (`halves` chunks from element k * 8 * halves) held in qc, qo.
+template <DType TC, DType TO, int halves>
+__device__ __forceinline__ void step_chunks(Running& r, const uint4 (&qc)[kVecs<TC, halves>], const uint4 (&qo)[kVecs<TO, halves>],
+                                            const TensorView& c, const TensorView& o, int64_t k, const compare::Bound& b) {
+  const int64_t first = k * halves * kChunk;
+  if constexpr (kPair16<TC, TO>) {
+    compare::step_chunks_lean16<TC, TO, halves>(r, RegisterSource<TC, TO, halves>{qc, qo},
+                                                MemorySource<TC, TO>{c.data, o.data, first}, first, b);
+  } else if constexpr (type_bytes<TC>() <= 4) {
+    static_assert(halves == 1, "one chunk per step");
+    compare::step_chunk_lean<TC, TO>(r, RegisterSource<TC, TO, 1>{qc, qo}, MemorySource<TC, TO>{c.data, o.data, first}, first, b);
   } else {
+    static_assert(halves == 1, "one chunk per step");
     uint64_t cb[kChunk], ob[kChunk];
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) {
       cb[e] = element_bits<TC>(qc, e);
       ob[e] = element_bits<TO>(qo, e);
     }
-    compare::step_chunk<TC, TO>(r, cb, ob, k * kChunk, b);
+    compare::step_chunk<TC, TO>(r, cb, ob, first, b);
   }
 }
 
 /// Resident blocks per SM the compare kernel is compiled for (register budget 65536 / (256 x this)):
-/// 16-bit pairs fit 3 (85 registers; ptxas -v: a 12-byte spill, outside the hot loop, for bf16);
-/// wider pairs need more registers for their fp64 arithmetic and two chunks in flight without
-/// spilling (fp32: none), so 2 (128).
+/// 2 (128 registers) for every pair. A step of a 16-bit pair reads 64 bytes per thread and tensor
+/// pair, like a step of an fp32 pair, and needs 107 registers with no spill (ptxas -v, sm_90); at
+/// 3 blocks (85 registers) ptxas spilled the in-flight step around the rare path, inside the hot
+/// loop. Wider pairs need the registers for their fp64 arithmetic and two chunks in flight (fp32: no spill).
 template <DType TC, DType TO>
-constexpr int kMinBlocks = (type_bytes<TC>() == 2 && type_bytes<TO>() == 2) ? 3 : 2;
+constexpr int kMinBlocks = 2;
 
 /// Shared array of kThreads CompareStats (raw storage: __shared__ objects may not have constructors).
 #define KV_SHARED_STATS(name)                                                        \
@@ -106,22 +129,23 @@ __device__ void reduce_block(CompareStats* sh, CompareStats& s) {
   s = sh[0];
 }
 
-/// Ask L2 to fetch the warp's chunks [k0, k0 + 32) of both tensors ahead of their loads (one
-/// bulk prefetch per tensor, issued by lane 0; nothing past the last chunk). The loads then find
+/// Ask L2 to fetch the warp's steps [k0, k0 + 32) of both tensors ahead of their loads (one
+/// bulk prefetch per tensor, issued by lane 0; nothing past the last step). The loads then find
 /// the data in L2, so more bytes are on their way from HBM than a thread's registers could hold.
 template <DType TC, DType TO>
-__device__ __forceinline__ void prefetch_l2(const TensorView& c, const TensorView& o, int64_t k0, int64_t chunks) {
+__device__ __forceinline__ void prefetch_l2(const TensorView& c, const TensorView& o, int64_t k0, int64_t steps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if ((threadIdx.x & 31) != 0 || k0 >= chunks) return;
-  const int64_t count = chunks - k0 < 32 ? chunks - k0 : 32;
-  const char* pc = static_cast<const char*>(c.data) + k0 * kChunk * type_bytes<TC>();
-  const char* po = static_cast<const char*>(o.data) + k0 * kChunk * type_bytes<TO>();
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pc), "r"(static_cast<unsigned>(count * kChunk * type_bytes<TC>()))
+  constexpr int kStep = kHalves<TC, TO> * kChunk;  // elements per step
+  if ((threadIdx.x & 31) != 0 || k0 >= steps) return;
+  const int64_t count = steps - k0 < 32 ? steps - k0 : 32;
+  const char* pc = static_cast<const char*>(c.data) + k0 * kStep * type_bytes<TC>();
+  const char* po = static_cast<const char*>(o.data) + k0 * kStep * type_bytes<TO>();
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pc), "r"(static_cast<unsigned>(count * kStep * type_bytes<TC>()))
                : "memory");
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(po), "r"(static_cast<unsigned>(count * kChunk * type_bytes<TO>()))
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(po), "r"(static_cast<unsigned>(count * kStep * type_bytes<TO>()))
                : "memory");
 #else
-  (void)c, (void)o, (void)k0, (void)chunks;
+  (void)c, (void)o, (void)k0, (void)steps;
 #endif
 }
 
@@ -136,28 +160,39 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(T
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t start_scalar = 0;
   if (vector_path) {
-    const int64_t chunks = n / kChunk;
-    // Two chunks in flight in registers: the loads of chunk k + stride are issued before chunk k
-    // is measured; with prefetch = D > 0, L2 is asked for chunk k + D * stride as well (each warp's
-    // chunks are consecutive, so lane 0 of a warp prefetches for all 32 threads).
-    uint4 ca[kVecs<TC>], oa[kVecs<TO>], cb[kVecs<TC>], ob[kVecs<TO>];
+    constexpr int H = kHalves<TC, TO>;
+    const int64_t chunks = n / kChunk, steps = chunks / H;
+    // Two steps in flight in registers: the loads of step k + stride are issued before step k
+    // is measured; with prefetch = D > 0, L2 is asked for step k + D * stride as well (each warp's
+    // steps are consecutive, so lane 0 of a warp prefetches for all 32 threads).
+    uint4 ca[kVecs<TC, H>], oa[kVecs<TO, H>], cb[kVecs<TC, H>], ob[kVecs<TO, H>];
     int64_t k = tid;
     const int64_t ahead = static_cast<int64_t>(prefetch) * stride;
     if (prefetch > 0)
-      for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, chunks);
-    if (k < chunks) { load_chunk<TC>(c.data, k, ca); load_chunk<TO>(o.data, k, oa); }
-    while (k < chunks) {
+      for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, steps);
+    if (k < steps) { load_step<TC, H>(c.data, k, ca); load_step<TO, H>(o.data, k, oa); }
+    while (k < steps) {
       int64_t next = k + stride;
-      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, chunks);
-      if (next < chunks) { load_chunk<TC>(c.data, next, cb); load_chunk<TO>(o.data, next, ob); }
-      step_chunk<TC, TO>(r, ca, oa, c, o, k, b);
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
+      if (next < steps) { load_step<TC, H>(c.data, next, cb); load_step<TO, H>(o.data, next, ob); }
+      step_chunks<TC, TO, H>(r, ca, oa, c, o, k, b);
       k = next;
-      if (k >= chunks) break;
+      if (k >= steps) break;
       next = k + stride;
-      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, chunks);
-      if (next < chunks) { load_chunk<TC>(c.data, next, ca); load_chunk<TO>(o.data, next, oa); }
-      step_chunk<TC, TO>(r, cb, ob, c, o, k, b);
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
+      if (next < steps) { load_step<TC, H>(c.data, next, ca); load_step<TO, H>(o.data, next, oa); }
+      step_chunks<TC, TO, H>(r, cb, ob, c, o, k, b);
       k = next;
+    }
+    if constexpr (H == 2) {
+      // An odd chunk count leaves chunk 2 * steps: measured as one chunk (the cut the CPU loop
+      // makes too), by one thread, after all its steps and before its scalar tail (indices increase).
+      if (chunks > 2 * steps && tid == steps % stride) {
+        uint4 qc[kVecs<TC, 1>], qo[kVecs<TO, 1>];
+        load_step<TC, 1>(c.data, chunks - 1, qc);
+        load_step<TO, 1>(o.data, chunks - 1, qo);
+        step_chunks<TC, TO, 1>(r, qc, qo, c, o, chunks - 1, b);
+      }
     }
     start_scalar = chunks * kChunk;
   }
@@ -203,7 +238,8 @@ CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound&
   int resident = 0;  // blocks of this kernel that fit on one SM at once: one wave of a persistent grid
   KV_CUDA_CHECK("compare occupancy",
                 cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, compare_kernel<TC, TO>, kThreads, 0));
-  const int grid = grid_for(vector_path ? (n + kChunk - 1) / kChunk : n, resident < 1 ? 1 : (resident > 4 ? 4 : resident));
+  constexpr int kStep = kHalves<TC, TO> * kChunk;  // elements per step of the vector loop
+  const int grid = grid_for(vector_path ? (n + kStep - 1) / kStep : n, resident < 1 ? 1 : (resident > 4 ? 4 : resident));
   CompareStats* ws = nullptr;
   KV_CUDA_CHECK("compare workspace", cudaMallocAsync(&ws, (grid + 1) * sizeof(CompareStats), s));
   compare_kernel<TC, TO><<<grid, kThreads, 0, s>>>(c, o, b, vector_path, prefetch_distance(), ws);

@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cmath>
-#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
 
 #include "kverify/compare/stats.hpp"
 #include "kverify/tensor/bits.hpp"
@@ -85,11 +88,13 @@ struct Running {
   Hot s;
   double rel_num = 0.0;
   double rel_den = 1.0;
-  /// fp32 bounds of max_abs_err and rel_num (rounded down) and rel_den (rounded up), kept by the
-  /// lean chunk step of 16-bit pairs (step_chunk_lean), which refreshes them after each of its own
-  /// updates. step() does not: callers run step() only after the last chunk (the tail), and stale
-  /// bounds describe an earlier, smaller state, so they only make the flags more eager.
-  float f_amax = 0.0f, f_rel_num = 0.0f, f_rel_den = 1.0f;
+  /// Flag thresholds of the lean step of 16-bit pairs (step_chunks_lean16), which refreshes them
+  /// after each of its own updates (refresh_lean16): f_amax is max_abs_err rounded down to float,
+  /// f_h the factor h of its "may beat a maximum" test |d| > h * |o| (lean16_factor). The defaults
+  /// are those of the initial state. step() does not refresh them: callers run step() only after
+  /// the last chunk (the tail), and stale thresholds describe an earlier, smaller state, so they
+  /// only make the flags more eager (both grow with the state).
+  float f_amax = 0.0f, f_h = 0.0f;
 };
 
 /// Record a class mismatch or agreement between non-finite values (cold path).
@@ -165,100 +170,61 @@ KV_HD uint32_t ulp_distance32(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(oa) >= static_cast<int32_t>(ob) ? oa - ob : ob - oa;
 }
 
-constexpr int kChunk = 8;  ///< elements per chunk step
+constexpr int kChunk = 8;  ///< elements per chunk step (the unit of every per-chunk decision)
 
-/// Widen raw bits of a 16-bit float type to float (exact).
+/// Widen raw bits of a 16-bit float type to float (exact). On the GPU fp16 uses the hardware
+/// conversion (one instruction; fp16 -> fp32 is exact, subnormals included), bf16 a shift.
 template <DType T>
 KV_HD float widen16(uint64_t b) {
-  if constexpr (T == DType::F16) return bits::half_to_float(static_cast<uint16_t>(b));
-  else return bits::bf16_to_float(static_cast<uint16_t>(b));
+  if constexpr (T == DType::F16) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+#else
+    return bits::half_to_float(static_cast<uint16_t>(b));
+#endif
+  } else {
+    return bits::bf16_to_float(static_cast<uint16_t>(b));
+  }
 }
 
-/// Arithmetic of the lean chunk step: fp32 for 16-bit pairs, fp64 otherwise.
-template <DType TC, DType TO>
-using LeanT = std::conditional_t<type_bytes<TC>() == 2 && type_bytes<TO>() == 2, float, double>;
-
-/// Widen raw bits of type T to the lean arithmetic type A (exact).
-template <class A, DType T>
-KV_HD A widen_as(uint64_t b) {
-  if constexpr (std::is_same_v<A, float>) return widen16<T>(b);
-  else return widen<T>(b);
-}
-
-KV_HD float fma_a(float a, float b, float c) { return fmaf(a, b, c); }
-KV_HD double fma_a(double a, double b, double c) { return fma(a, b, c); }
-KV_HD float abs_a(float a) { return fabsf(a); }
-KV_HD double abs_a(double a) { return fabs(a); }
-
-/// Largest float <= x, smallest float >= x (x >= 0; +Inf maps to +Inf).
+/// Largest float <= x (x >= 0; +Inf maps to +Inf).
 KV_HD float float_down(double x) {
   float f = static_cast<float>(x);
   return static_cast<double>(f) > x ? nextafterf(f, 0.0f) : f;
 }
-KV_HD float float_up(double x) {
-  float f = static_cast<float>(x);
-  return static_cast<double>(f) < x ? nextafterf(f, INFINITY) : f;
-}
 
-/// ULP distance (candidate dtype) of finite candidate bits `cb` from the oracle rounded to TC.
-template <DType TC, DType TO, class A>
-KV_HD uint32_t lean_ulp(uint64_t cb, uint64_t ob, A o) {
+/// ULP distance (candidate dtype) of finite candidate bits `cb` of a 16-bit type from the 16-bit
+/// oracle value `o` rounded to TC (its bits `ob` when TC == TO).
+template <DType TC, DType TO>
+KV_HD uint32_t lean_ulp16(uint64_t cb, uint64_t ob, float o) {
   uint32_t orb;
   if constexpr (TC == TO) orb = static_cast<uint32_t>(ob);
   else orb = static_cast<uint32_t>(bits::round_bits<TC>(static_cast<double>(o)));
   return ulp_distance32<TC>(static_cast<uint32_t>(cb), orb);
 }
 
-/// lean_ulp(cb, ob, o) > umax, in fewer instructions for bf16 pairs: a bf16 pattern shifted left
-/// by 16 is the fp32 pattern w of the same value (the shift widen16 does). Map w to
-/// ordered(w) - [w < 0] = w ^ ((w >> 31) & 0x7fffffff) (arithmetic shift: one shift, one logic op),
-/// an increasing map; two bf16 values D steps apart are then D * 2^16 apart, or D * 2^16 + 1 when
-/// their signs differ, so D > umax exactly when the difference exceeds umax * 2^16 + 1. The
-/// difference (below 2^32: 0xfefe bf16 steps at most) is max - min in unsigned arithmetic.
-template <DType TC, DType TO, class A>
-KV_HD bool ulp_exceeds(uint64_t cb, uint64_t ob, A o, uint32_t umax) {
-  if constexpr (TC == DType::BF16 && TO == DType::BF16) {
-    const int32_t wc = static_cast<int32_t>(static_cast<uint32_t>(cb) << 16);
-    const int32_t wo = static_cast<int32_t>(static_cast<uint32_t>(ob) << 16);
-    const int32_t kc = wc ^ ((wc >> 31) & 0x7fffffff);
-    const int32_t ko = wo ^ ((wo >> 31) & 0x7fffffff);
-    const uint32_t diff = static_cast<uint32_t>(kc > ko ? kc : ko) - static_cast<uint32_t>(kc > ko ? ko : kc);
-    const uint32_t u16 = umax > 0xfefeu ? 0xfefeu : umax;
-    return diff > (u16 << 16) + 1u;
-  } else {
-    return lean_ulp<TC, TO>(cb, ob, o) > umax;
-  }
-}
-
-/// Element source of step_chunk_lean over two arrays of raw bits.
+/// Element source over two arrays of raw bits, N elements (one or more chunks): c(e), o(e) give
+/// the bits of element e; o_or(h) the OR of the oracle patterns of chunk h (elements 8h..8h+7).
+template <int N>
 struct ArraySource {
-  const uint64_t (&cb)[kChunk];
-  const uint64_t (&ob)[kChunk];
+  const uint64_t (&cb)[N];
+  const uint64_t (&ob)[N];
   KV_HD uint64_t c(int e) const { return cb[e]; }
   KV_HD uint64_t o(int e) const { return ob[e]; }
+  KV_HD uint32_t o_or(int h) const {
+    uint64_t m = 0;
+    for (int e = 0; e < kChunk; ++e) m |= ob[h * kChunk + e];
+    return static_cast<uint32_t>(m);
+  }
 };
 
-/// Lean chunk step for candidates of up to 4 bytes: one pass computes what every element adds
-/// (the two sums of squares, the bound mask) and a conservative flag "some element may beat a
-/// running maximum" (absolute, relative or ULP error, compared against the state at chunk start);
-/// only a flagged chunk is walked again, in index order, with the exact update rules of step().
-/// Non-finite values need no test of their own: any NaN or Inf in c or o makes the chunk's sums
-/// non-finite, and such chunks take step() element by element.
-///
-/// A = double (any pair with a 32- or 64-bit type): every measurement equals step()'s, except the
-/// rounding of the two sums (chunk partial sums). A = float (16-bit pairs): measured in fp32
-/// arithmetic, which is exact for |c - o| whenever c and o are within a factor 2^13 of each other
-/// (both have at most 11 significant bits) and correctly rounded to fp32 otherwise; the bound is
-/// evaluated as fmaf(float(rtol), |o|, float(atol)); chunk sums are formed in fp32 and added to the
-/// fp64 running sums; a chunk whose fp32 squares could overflow or lose accuracy to
-/// underflow (a non-finite sum, or a nonzero sum below 2^-100) is measured by step() in fp64. So
-/// for 16-bit pairs two equal (c, o) pairs can measure differently by their 8-element chunk (fp32
-/// vs fp64 error), which can move the reported index of a maximum between them; CPU and CUDA cut
-/// the same chunks, so they agree. Relies on IEEE arithmetic: no fast-math, no flush-to-zero.
-///
-/// Why the flags are safe for A = float: the exact rules compare in fp64; amax and rel_num are
-/// rounded down to float and rel_den up (Running::f_*), so an element that beats the state in fp64 also passes
-/// the float comparison (rounding is monotone); an update needs err > 0.
+/// Lean chunk step for pairs with a 32-bit type and no 64-bit candidate (A = fp64): one pass
+/// computes what every element adds (the two sums of squares, the bound mask) and a conservative
+/// flag "some element may beat a running maximum" (absolute, relative or ULP error, compared
+/// against the state at chunk start); only a flagged chunk is walked again, in index order, with
+/// the exact update rules of step(). Non-finite values need no test of their own: any NaN or Inf
+/// in c or o makes the chunk's sums non-finite, and such chunks take step() element by element.
+/// Every measurement equals step()'s, except the rounding of the two sums (chunk partial sums).
 ///
 /// `hot` and `cold` give the raw bits of element e (0..7) of the chunk as hot.c(e), hot.o(e): the
 /// first pass reads `hot`, the rare second pass and the fallback read `cold` (the CUDA kernel
@@ -266,58 +232,34 @@ struct ArraySource {
 /// live past the first pass).
 template <DType TC, DType TO, class HotSrc, class ColdSrc>
 KV_HD void step_chunk_lean(Running& r, const HotSrc& hot, const ColdSrc& cold, int64_t base, const Bound& b) {
-  using A = LeanT<TC, TO>;
-  constexpr bool kFloat = std::is_same_v<A, float>;
+  static_assert(type_bytes<TC>() <= 4 && (type_bytes<TC>() == 4 || type_bytes<TO>() >= 4), "16-bit pairs: step_chunks_lean16");
   Hot& s = r.s;
-  A amax, rn, rd;
-  if constexpr (kFloat) {
-    amax = r.f_amax; rn = r.f_rel_num; rd = r.f_rel_den;
-  } else {
-    amax = s.max_abs_err; rn = r.rel_num; rd = r.rel_den;
-  }
-  auto refresh = [&r]() {  // after any update of the running maxima (rare)
-    if constexpr (kFloat) {
-      r.f_amax = float_down(r.s.max_abs_err); r.f_rel_num = float_down(r.rel_num); r.f_rel_den = float_up(r.rel_den);
-    }
-  };
+  const double amax = s.max_abs_err, rn = r.rel_num, rd = r.rel_den;
   const uint32_t umax = s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(s.max_ulp);
-  const A atol = static_cast<A>(b.atol), rtol = static_cast<A>(b.rtol);
-  A sse = 0, ssr = 0, emax = 0;
-  uint32_t onz = 0;  // OR of the oracle patterns (A = float): nonzero magnitude somewhere?
+  double sse = 0, ssr = 0;
   bool hit = false;
   unsigned past = 0;
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) {
     const uint64_t cb = hot.c(e), ob = hot.o(e);
-    const A c = widen_as<A, TC>(cb), o = widen_as<A, TO>(ob);
-    const A d = c - o;
-    const A err = abs_a(d), ao = abs_a(o);
-    sse = fma_a(d, d, sse);
-    ssr = fma_a(o, o, ssr);
-    if constexpr (kFloat) {
-      emax = fmaxf(emax, err);
-      onz |= static_cast<uint32_t>(ob);
-      hit |= (err * rd >= rn * ao) & (err > 0.0f);
-    } else {
-      hit |= (err > amax) | (err * rd > rn * ao);
-    }
-    hit |= ulp_exceeds<TC, TO>(cb, ob, o, umax);
-    past |= static_cast<unsigned>(err > fma_a(rtol, ao, atol)) << e;
+    const double c = widen<TC>(cb), o = widen<TO>(ob);
+    const double d = c - o;
+    const double err = fabs(d), ao = fabs(o);
+    sse = fma(d, d, sse);
+    ssr = fma(o, o, ssr);
+    hit |= (err > amax) | (err * rd > rn * ao);
+    uint32_t orb;
+    if constexpr (TC == TO) orb = static_cast<uint32_t>(ob);
+    else orb = static_cast<uint32_t>(bits::round_bits<TC>(o));
+    hit |= ulp_distance32<TC>(static_cast<uint32_t>(cb), orb) > umax;
+    past |= static_cast<unsigned>(err > fma(b.rtol, ao, b.atol)) << e;
   }
-  bool fallback = !(sse + ssr < static_cast<A>(INFINITY));  // NaN or +Inf (both sums are >= 0)
-  if constexpr (kFloat) {
-    constexpr float kTiny = 7.8886091e-31f;  // 2^-100
-    constexpr uint32_t kMag = (1u << (type_bytes<TO>() * 8 - 1)) - 1;
-    fallback |= (sse < kTiny && emax > 0.0f) | (ssr < kTiny && (onz & kMag) != 0);
-    hit |= emax > amax;
-  }
-  if (fallback) {
+  if (!(sse + ssr < static_cast<double>(INFINITY))) {  // NaN or +Inf (both sums are >= 0)
     for (int e = 0; e < kChunk; ++e) step<TC, TO>(r, cold.c(e), cold.o(e), base + e, b);
-    refresh();
     return;
   }
-  s.sum_sq_err += static_cast<double>(sse);
-  s.sum_sq_ref += static_cast<double>(ssr);
+  s.sum_sq_err += sse;
+  s.sum_sq_ref += ssr;
   if (past) {
     s.n_past_bound += popcount8(past);
     if (s.first_past_bound == kNoIndex) s.first_past_bound = base + lowest_bit(past);
@@ -325,29 +267,200 @@ KV_HD void step_chunk_lean(Running& r, const HotSrc& hot, const ColdSrc& cold, i
   if (!hit) return;
   for (int e = 0; e < kChunk; ++e) {  // rare: some maximum may move; step()'s rules, in index order
     const uint64_t cb = cold.c(e), ob = cold.o(e);
-    const A c = widen_as<A, TC>(cb), o = widen_as<A, TO>(ob);
-    const A d = c - o;
-    const double err = static_cast<double>(abs_a(d)), ao = static_cast<double>(abs_a(o));
+    const double c = widen<TC>(cb), o = widen<TO>(ob);
+    const double err = fabs(c - o), ao = fabs(o);
     if (err > s.max_abs_err) { s.max_abs_err = err; s.max_abs_idx = base + e; }
     if (err * r.rel_den > r.rel_num * ao) { r.rel_num = err; r.rel_den = ao; s.max_rel_idx = base + e; }
-    const uint32_t u = lean_ulp<TC, TO>(cb, ob, o);
+    uint32_t orb;
+    if constexpr (TC == TO) orb = static_cast<uint32_t>(ob);
+    else orb = static_cast<uint32_t>(bits::round_bits<TC>(o));
+    const uint32_t u = ulp_distance32<TC>(static_cast<uint32_t>(cb), orb);
     if (u > s.max_ulp) { s.max_ulp = u; s.max_ulp_idx = base + e; }
   }
-  refresh();
+}
+
+/// Significant bits (implicit one included) of a 16-bit float type: 8 (bf16), 11 (fp16).
+template <DType T>
+KV_HD constexpr int precision16() {
+  return T == DType::BF16 ? 8 : 11;
+}
+
+/// The factor h of the lean 16-bit flag |d| > fl(h * |o|) (step_chunks_lean16) for the state in
+/// `r`: the float rounded down from min(h_rel, h_ulp) * (1 - 2^-11), where
+///   h_rel = rel_num / rel_den, the largest relative error (+Inf when rel_den = 0: no element can
+///           beat an infinite relative error), and
+///   h_ulp = umax / (2^P + umax) with umax = max_ulp and P = precision16<TC>() (same dtypes only;
+///           mixed 16-bit pairs test the ULP distance itself).
+/// The margin (1 - 2^-11) absorbs the rounding of the two fp64 operations; so h <= (1 - 2^-12) *
+/// min(h_rel, h_ulp) in exact arithmetic, which is what the proof in step_chunks_lean16 needs.
+template <DType TC, DType TO>
+KV_HD float lean16_factor(const Running& r) {
+  constexpr double kMargin = 1.0 - 1.0 / 2048.0;
+  double h = r.rel_den > 0.0 ? r.rel_num / r.rel_den * kMargin : static_cast<double>(INFINITY);
+  if constexpr (TC == TO) {
+    const double u = static_cast<double>(r.s.max_ulp);
+    const double g = u / (u + static_cast<double>(1 << precision16<TC>())) * kMargin;
+    h = g < h ? g : h;
+  }
+  return float_down(h);
+}
+
+/// Refresh the flag thresholds of the lean 16-bit step after the state changed.
+template <DType TC, DType TO>
+KV_HD void refresh_lean16(Running& r) {
+  r.f_amax = float_down(r.s.max_abs_err);
+  r.f_h = lean16_factor<TC, TO>(r);
+}
+
+/// Rare part of step_chunks_lean16 (some chunk needs more than its two sums added): for each of
+/// the kHalves chunks in index order, either the fp64 fallback (step() per element), or the sums,
+/// the bound mask recomputed exactly as the first pass computes it (when that pass saw an
+/// element past the bound) and, when flagged, the re-walk with step()'s update rules.
+template <DType TC, DType TO, int kHalves, class ColdSrc>
+KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Bound& b, const float (&sse)[kHalves],
+                       const float (&ssr)[kHalves], const bool (&fallback)[kHalves], const bool (&past)[kHalves],
+                       const bool (&hit)[kHalves]) {
+  Hot& s = r.s;
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {  // unrolled: the flag arrays stay in registers
+    const int e0 = h * kChunk;
+    const int64_t cbase = base + e0;
+    if (fallback[h]) {
+      for (int e = 0; e < kChunk; ++e) step<TC, TO>(r, cold.c(e0 + e), cold.o(e0 + e), cbase + e, b);
+      refresh_lean16<TC, TO>(r);
+      continue;
+    }
+    s.sum_sq_err += static_cast<double>(sse[h]);
+    s.sum_sq_ref += static_cast<double>(ssr[h]);
+    if (past[h]) {
+      const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
+      unsigned mask = 0;
+      for (int e = 0; e < kChunk; ++e) {
+        const float o = widen16<TO>(cold.o(e0 + e));
+        const float err = fabsf(widen16<TC>(cold.c(e0 + e)) - o);
+        mask |= static_cast<unsigned>(err > fmaf(rtol, fabsf(o), atol)) << e;
+      }
+      s.n_past_bound += popcount8(mask);
+      if (s.first_past_bound == kNoIndex) s.first_past_bound = cbase + lowest_bit(mask);
+    }
+    if (!hit[h]) continue;
+    for (int e = 0; e < kChunk; ++e) {  // some maximum may move: step()'s rules, in index order
+      const uint64_t cb = cold.c(e0 + e), ob = cold.o(e0 + e);
+      const float c = widen16<TC>(cb), o = widen16<TO>(ob);
+      const double err = static_cast<double>(fabsf(c - o)), ao = static_cast<double>(fabsf(o));
+      if (err > s.max_abs_err) { s.max_abs_err = err; s.max_abs_idx = cbase + e; }
+      if (err * r.rel_den > r.rel_num * ao) { r.rel_num = err; r.rel_den = ao; s.max_rel_idx = cbase + e; }
+      const uint32_t u = lean_ulp16<TC, TO>(cb, ob, o);
+      if (u > s.max_ulp) { s.max_ulp = u; s.max_ulp_idx = cbase + e; }
+    }
+    refresh_lean16<TC, TO>(r);
+  }
+}
+
+/// Lean step of 16-bit pairs over kHalves consecutive chunks of 8 elements (elements base ..
+/// base + 8 * kHalves - 1; the CPU loop passes one chunk, the CUDA kernel two, read with two
+/// 16-byte loads per tensor). Every decision is made per chunk of 8, exactly as for kHalves = 1,
+/// so the two give identical results (sums included).
+///
+/// Semantics (fp32 arithmetic): c, o widened exactly to float; d = c - o in fp32, which is exact
+/// for |c - o| whenever c and o are within a factor 2^13 of each other (both have at most 11
+/// significant bits) and correctly rounded to fp32 otherwise; the bound is evaluated as
+/// |d| > fmaf(float(rtol), |o|, float(atol)); each chunk's sums of squares are formed in fp32
+/// (fmaf, in element order) and added to the fp64 running sums. A chunk is measured by step() in
+/// fp64 instead (the fallback) when its fp32 squares could overflow or lose accuracy to underflow,
+/// or it holds a NaN or Inf: a non-finite sse + ssr, or sse < 2^-100 with some d != 0, or
+/// ssr < 2^-100 with some o != 0. So two equal (c, o) pairs can measure differently by their
+/// 8-element chunk (fp32 vs fp64 error), which can move the reported index of a maximum between
+/// them; CPU and CUDA cut the same chunks, so they agree. Relies on IEEE arithmetic: no fast-math,
+/// no flush-to-zero.
+///
+/// First pass, per element: the two sums, max |d| (emax, per chunk), "past the bound" (any, per
+/// chunk; the mask is recomputed in the rare part), and the flag |d| > fl(h * |o|) with h =
+/// Running::f_h (lean16_factor); per chunk the flag also holds when emax > Running::f_amax. A
+/// chunk that is not flagged, not past the bound and not a fallback only adds its sums. Why the
+/// flag is safe (no element that step()'s rules would take as a new maximum goes unflagged), with
+/// E = |c - o| exact, err = fl32(E) the measured error, ao = |o| and H = h * ao <= (1 - 2^-12) *
+/// min(h_rel, h_ulp) * ao in exact arithmetic:
+///  - absolute: err > max_abs_err >= f_amax (rounded down), so emax > f_amax.
+///  - relative: step()'s fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the exact
+///    err * rel_den > rel_num * ao (rounding is monotone), so err > h_rel * ao >= H (1 + 2^-12)
+///    and err > 0.
+///  - ULP (TC == TO): D > umax steps between c and o; with a = min(|c|, |o|), every step above a
+///    is at least spacing(a) > a * 2^-P (P significant bits; also for subnormals and a = 0), so
+///    for equal signs E >= D * spacing(a) > umax * 2^-P * a >= u (ao - E) with u = umax * 2^-P,
+///    i.e. E > ao * u / (1 + u) = h_ulp * ao; for opposite signs E >= ao > h_ulp * ao. So
+///    E > H (1 + 2^-12) and E > 0.
+///  In both cases x in {err, E} is a multiple of 2^-133 (c and o are), so x >= 2^-133. If
+///  H < 2^-137, fl(H) <= 2^-137 < x. Otherwise H 2^-12 >= 2^-149 and x > H + 2^-149, while
+///  fl(H) <= H + 2^-150 (subnormal) or fl(H) <= H (1 + 2^-24) (normal): x > fl(H); for x = E also
+///  fl(E) > fl(H): E is exact in fp32 when below 2^-109, and otherwise E > fl(H) (1 + 2^-13) lies
+///  above the float next to fl(H). So err > fl(H). Elements with d = 0 never flag.
+///  - ULP for mixed 16-bit pairs: the distance itself is compared with umax per element.
+/// The thresholds are those at the start of the call; updates within it only raise them.
+///
+/// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.o_or(h), the OR of the
+/// oracle patterns of chunk h): the first pass reads `hot`, the rare part `cold` (the CUDA kernel
+/// passes its registers as `hot` and a re-load from memory as `cold`).
+template <DType TC, DType TO, int kHalves, class HotSrc, class ColdSrc>
+KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold, int64_t base, const Bound& b) {
+  static_assert(type_bytes<TC>() == 2 && type_bytes<TO>() == 2, "16-bit pairs only");
+  constexpr float kTiny = 7.8886091e-31f;  // 2^-100
+  constexpr uint32_t kMag = 0x7fff7fffu;   // magnitude bits of one or two packed 16-bit patterns
+  const float amax = r.f_amax, h = r.f_h;
+  const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
+  [[maybe_unused]] const uint32_t umax = r.s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(r.s.max_ulp);
+  float sse[kHalves], ssr[kHalves];
+  bool fallback[kHalves], past[kHalves], hit[kHalves];
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < kHalves; ++k) {
+    float se = 0.0f, sr = 0.0f, emax = 0.0f;
+    bool p = false, f = false;
+#pragma unroll
+    for (int e = k * kChunk; e < (k + 1) * kChunk; ++e) {
+      const uint64_t cb = hot.c(e), ob = hot.o(e);
+      const float c = widen16<TC>(cb), o = widen16<TO>(ob);
+      const float d = c - o;
+      const float err = fabsf(d), ao = fabsf(o);
+      se = fmaf(d, d, se);
+      sr = fmaf(o, o, sr);
+      emax = fmaxf(emax, err);
+      f |= err > h * ao;
+      if constexpr (TC != TO) f |= lean_ulp16<TC, TO>(cb, ob, o) > umax;
+      p |= err > fmaf(rtol, ao, atol);
+    }
+    sse[k] = se;
+    ssr[k] = sr;
+    fallback[k] = !(se + sr < INFINITY) | ((se < kTiny) & (emax > 0.0f)) | ((sr < kTiny) & ((hot.o_or(k) & kMag) != 0));
+    past[k] = p;
+    hit[k] = f | (emax > amax);
+    any |= fallback[k] | p | hit[k];
+  }
+  if (!any) {
+#pragma unroll
+    for (int k = 0; k < kHalves; ++k) {
+      r.s.sum_sq_err += static_cast<double>(sse[k]);
+      r.s.sum_sq_ref += static_cast<double>(ssr[k]);
+    }
+    return;
+  }
+  lean16_rare<TC, TO, kHalves>(r, cold, base, b, sse, ssr, fallback, past, hit);
 }
 
 /// Accumulate elements base..base+7 (all of one Running, after every smaller index). Same
 /// results as eight step() calls except for the rounding of the two sums and, for finite 16-bit
-/// pairs, fp32 arithmetic (step_chunk_lean); fp64 candidates take the generic chunk below:
+/// pairs, fp32 arithmetic (step_chunks_lean16); fp64 candidates take the generic chunk below:
 /// maxima tracked with chunk-local positions and folded once, bound hits as a bit mask,
 /// non-finite chunks through step().
 template <DType TC, DType TO>
 KV_HD void step_chunk(Running& r, const uint64_t (&cb)[kChunk], const uint64_t (&ob)[kChunk], int64_t base,
                       const Bound& b) {
-  if constexpr (type_bytes<TC>() <= 4) {
-    const ArraySource src{cb, ob};
+  if constexpr (type_bytes<TC>() == 2 && type_bytes<TO>() == 2) {
+    const ArraySource<kChunk> src{cb, ob};
+    step_chunks_lean16<TC, TO, 1>(r, src, src, base, b);
+  } else if constexpr (type_bytes<TC>() <= 4) {
+    const ArraySource<kChunk> src{cb, ob};
     step_chunk_lean<TC, TO>(r, src, src, base, b);
-    return;
   } else {
     bool special = false;
 #pragma unroll
