@@ -223,11 +223,19 @@ struct TwoLayouts {
   }
 };
 
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: deterministic pseudo-random bits
+  x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull; x ^= x >> 27; x *= 0x94d049bb133111ebull; return x ^ (x >> 31);
+}
+
+constexpr int kScenarios = 12;
+
 /// Scenarios that drive the lean chunk step through each of its branches: errors growing with the
 /// index (every chunk re-walked), many exact ties, zero oracles (infinite relative error), values
 /// whose fp32 squares overflow or underflow (fp64 fallback for 16-bit pairs), signed zeros, errors
-/// too small to square in fp32 beside exact large values, and
-/// scattered NaN/Inf. Returns (candidate, oracle) values.
+/// too small to square in fp32 beside exact large values, scattered NaN/Inf (8), random
+/// magnitudes with few-ulp errors, so that absolute, relative and ULP maxima sit at different
+/// elements (9), maxima only in element 15 of a 16-element step or element 8 (10), NaN/Inf only
+/// at the end (11). Returns (candidate, oracle) values.
 std::pair<std::vector<double>, std::vector<double>> scenario(int k, int n) {
   std::vector<double> c(n), o(n);
   for (int i = 0; i < n; ++i) {
@@ -241,6 +249,26 @@ std::pair<std::vector<double>, std::vector<double>> scenario(int k, int n) {
       case 5: o[i] = (i % 2) ? 0.0 : -0.0; c[i] = (i % 3) ? -0.0 : 0.0; break;                  // signed zeros, equal
       case 6: o[i] = (i % 2) ? 1.0 : 1e-30; c[i] = (i % 2) ? 1.0 : 1.01e-30; break;           // only tiny errors
       case 7: o[i] = base * 1e-36; c[i] = o[i]; break;                                          // tiny, exact
+      case 9: {  // random magnitudes (2^-24 .. 2^24), signs and few-ulp errors; some zeros and sign flips
+        const uint64_t h = mix(static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull + 12345);
+        o[i] = std::ldexp(1.0 + (h & 0xff) / 256.0, static_cast<int>((h >> 8) % 49) - 24) * ((h >> 16) & 1 ? -1.0 : 1.0);
+        const double ulps = static_cast<double>((h >> 20) % 7) - 3.0;  // -3 .. 3 (in ~2^-8 relative steps)
+        c[i] = o[i] * (1.0 + ulps * std::ldexp(1.0, -8));
+        if ((h >> 24) % 23 == 0) o[i] = 0.0;
+        if ((h >> 24) % 29 == 1) c[i] = -c[i];
+        if ((h >> 24) % 31 == 2) c[i] = o[i];
+        break;
+      }
+      case 10:  // maxima only in the last element of each 16 or the first of its second chunk
+        o[i] = 1.0 + (i % 3); c[i] = o[i];
+        if (i % 16 == 15) c[i] = o[i] + 1e-3 * i;
+        if (i % 16 == 8) { o[i] = 0.01 * (1 + i % 5); c[i] = o[i] * (1.0 + 1e-4 * i); }
+        break;
+      case 11:  // NaN / Inf only at the very end and in the last element of a 16-element step
+        o[i] = base; c[i] = base + 0.01 * ((i * 13) % 7);
+        if (i == n - 1) c[i] = NAN;
+        if (i % 16 == 15 && i + 40 > n) o[i] = INFINITY;
+        break;
       default: {  // 8
         o[i] = base; c[i] = base + 0.01 * ((i * 13) % 7);
         if (i % 29 == 3) c[i] = NAN;
@@ -263,7 +291,7 @@ TEST(Compare, LeanChunkEqualsStepForEveryPairAndScenario) {
                                            {DType::F16, DType::BF16}, {DType::F64, DType::F32}};
   const int n = 8 * 41 + 5;
   for (auto [tc, to] : pairs) {
-    for (int k = 0; k < 9; ++k) {
+    for (int k = 0; k < kScenarios; ++k) {
       if (tc == DType::F16 && (k == 3 || k == 4 || k == 6 || k == 7)) continue;  // out of fp16's range: values change class
       auto [cv, ov] = scenario(k, n);
       TwoLayouts c(tc, cv), o(to, ov);
@@ -295,4 +323,112 @@ TEST(Compare, LeanChunkSeesMaximaSetInFp64) {
   auto a = compare::compare(cc.dense_view, oo.dense_view, {});
   EXPECT_EQ(a.max_abs_idx, 8);
   EXPECT_EQ(a.max_abs_err, 1.0);
+}
+
+namespace {
+/// The CUDA kernel's use of the 16-bit lean step, on the CPU: `threads` Running states; step s
+/// (16 elements, two chunks) goes to thread s % threads, measured either as one two-chunk call
+/// (the kernel's, two_chunk = true) or as two one-chunk calls (the CPU loop's); an odd last chunk
+/// goes to thread steps % threads as one chunk; tail element i to thread (i - start) % threads;
+/// the per-thread results are merged in thread order.
+template <DType TC, DType TO>
+CompareStats drive16(const TwoLayouts& c, const TwoLayouts& o, const Bound& b, int threads, bool two_chunk) {
+  using compare::kChunk;
+  const int64_t n = static_cast<int64_t>(c.dense.size() / 2);
+  auto bits_at = [](const TwoLayouts& t, int64_t i) { return bits::load_raw(t.dense.data(), i, 2); };
+  std::vector<CompareStats> cold(threads);
+  std::vector<compare::Running> r;
+  for (int t = 0; t < threads; ++t) r.push_back(compare::Running{&cold[t]});
+  const int64_t chunks = n / kChunk, steps = chunks / 2;
+  for (int64_t s = 0; s < steps; ++s) {
+    uint64_t cb[2 * kChunk], ob[2 * kChunk];
+    for (int e = 0; e < 2 * kChunk; ++e) { cb[e] = bits_at(c, 16 * s + e); ob[e] = bits_at(o, 16 * s + e); }
+    compare::Running& rt = r[s % threads];
+    if (two_chunk) {
+      const compare::ArraySource<2 * kChunk> src{cb, ob};
+      compare::step_chunks_lean16<TC, TO, 2>(rt, src, src, 16 * s, b);
+    } else {
+      for (int h = 0; h < 2; ++h) {
+        uint64_t c8[kChunk], o8[kChunk];
+        for (int e = 0; e < kChunk; ++e) { c8[e] = cb[h * kChunk + e]; o8[e] = ob[h * kChunk + e]; }
+        compare::step_chunk<TC, TO>(rt, c8, o8, 16 * s + h * kChunk, b);
+      }
+    }
+  }
+  if (chunks > 2 * steps) {
+    uint64_t c8[kChunk], o8[kChunk];
+    for (int e = 0; e < kChunk; ++e) { c8[e] = bits_at(c, 16 * steps + e); o8[e] = bits_at(o, 16 * steps + e); }
+    compare::step_chunk<TC, TO>(r[steps % threads], c8, o8, 16 * steps, b);
+  }
+  for (int64_t i = chunks * kChunk; i < n; ++i)
+    compare::step<TC, TO>(r[(i - chunks * kChunk) % threads], bits_at(c, i), bits_at(o, i), i, b);
+  CompareStats out;
+  for (int t = 0; t < threads; ++t) compare::merge(out, compare::finish(r[t]));
+  out.n = n;
+  return out;
+}
+
+void expect_bitwise_equal(const CompareStats& a, const CompareStats& b, const std::string& at) {
+  expect_same_measurements(a, b, 0.0, at);
+  EXPECT_EQ(a.max_abs_err, b.max_abs_err) << at;
+  EXPECT_EQ(a.sum_sq_err, b.sum_sq_err) << at;  // the chunks' fp32 sums are added in the same order
+  EXPECT_EQ(a.sum_sq_ref, b.sum_sq_ref) << at;
+  EXPECT_EQ(a.n, b.n) << at;
+}
+
+template <DType TC, DType TO>
+void check_two_chunk_steps(int n, int k, const std::string& at) {
+  auto [cv, ov] = scenario(k, n);
+  TwoLayouts c(TC, cv), o(TO, ov);
+  const Bound b{1e-3, 2e-3};
+  // one thread: the kernel's cut equals the CPU loop's bit for bit, and step()'s measurements
+  const auto gpu1 = drive16<TC, TO>(c, o, b, 1, true);
+  expect_bitwise_equal(gpu1, compare::compare(c.dense_view, o.dense_view, b), at + " 1 thread vs CPU loop");
+  expect_same_measurements(gpu1, compare::compare(c.spread_view, o.spread_view, b), 1e-5, at + " 1 thread vs step()");
+  // three threads (stale thresholds across interleaved steps): equal to one-chunk calls
+  expect_bitwise_equal(drive16<TC, TO>(c, o, b, 3, true), drive16<TC, TO>(c, o, b, 3, false), at + " 3 threads");
+}
+}  // namespace
+
+TEST(Compare, LeanTwoChunkStepEqualsOneChunkSteps) {
+  // The CUDA kernel measures 16-bit pairs two chunks (16 elements) per call; the CPU loop one
+  // chunk per call. Lengths: whole steps only, an odd chunk count plus a short tail, shorter than
+  // one chunk, one step less one element.
+  for (int n : {16 * 21, 16 * 20 + 8 + 5, 8 * 41 + 5, 7, 15, 16 * 3 - 1}) {
+    for (int k = 0; k < kScenarios; ++k) {
+      const std::string at = "n " + std::to_string(n) + " scenario " + std::to_string(k);
+      check_two_chunk_steps<DType::BF16, DType::BF16>(n, k, "bf16/bf16 " + at);
+      check_two_chunk_steps<DType::F16, DType::BF16>(n, k, "f16/bf16 " + at);
+      check_two_chunk_steps<DType::BF16, DType::F16>(n, k, "bf16/f16 " + at);
+      if (k == 3 || k == 4 || k == 6 || k == 7) continue;  // out of fp16's range
+      check_two_chunk_steps<DType::F16, DType::F16>(n, k, "f16/f16 " + at);
+    }
+  }
+}
+
+TEST(Compare, LeanFlagsCatchMaximaOfEachKind) {
+  // bf16 pair. Elements 0..15 set the state: ULP 3 and relative error 3 * 2^-7 at element 2
+  // (1 + 3 ulp vs 1), absolute error 1 at element 5 (129 vs 128). In elements 16..31 each maximum
+  // moves at an element that beats the state in that one measure only, so only that part of the
+  // flag can send the chunk to the exact re-walk:
+  //   20: 4 ULPs at the top of a binade (1.9609375 vs 1.9921875): relative error 0.0157 < 0.0234;
+  //   25: 4 ULPs at the bottom (1.03125 vs 1): relative error 0.03125, ULP tie (earlier index kept);
+  //   31: absolute error 2 (258 vs 256): 1 ULP, relative error 0.0078.
+  std::vector<double> c(32, 1.0), o(32, 1.0);
+  c[2] = 1.0234375;
+  c[5] = 129.0; o[5] = 128.0;
+  c[20] = 1.9609375; o[20] = 1.9921875;
+  c[25] = 1.03125;
+  c[31] = 258.0; o[31] = 256.0;
+  TwoLayouts cc(DType::BF16, c), oo(DType::BF16, o);
+  for (bool two_chunk : {true, false}) {
+    const auto a = drive16<DType::BF16, DType::BF16>(cc, oo, {}, 1, two_chunk);
+    EXPECT_EQ(a.max_ulp, 4u);
+    EXPECT_EQ(a.max_ulp_idx, 20);
+    EXPECT_EQ(a.max_rel_idx, 25);
+    EXPECT_EQ(a.max_rel_err, 0.03125);
+    EXPECT_EQ(a.max_abs_idx, 31);
+    EXPECT_EQ(a.max_abs_err, 2.0);
+    expect_same_measurements(a, compare::compare(cc.spread_view, oo.spread_view, {}), 1e-6, "vs step()");
+  }
 }
