@@ -57,6 +57,14 @@ __device__ __forceinline__ uint64_t element_bits(const uint4 (&q)[N], int e) {
   else return (word(e / 2) >> (16 * (e % 2))) & 0xffffu;
 }
 
+/// Word w of a loaded step (constant indices after unrolling: registers only).
+template <int N>
+__device__ __forceinline__ uint32_t word(const uint4 (&q)[N], int w) {
+  const uint4& v = q[w / 4];
+  const int c = w % 4;
+  return c == 0 ? v.x : (c == 1 ? v.y : (c == 2 ? v.z : v.w));
+}
+
 /// Element source over a step held in registers (the first pass of the lean chunk steps);
 /// o_or(h): OR of the oracle words of chunk h (16-bit oracles: one 16-byte vector per chunk).
 template <DType TC, DType TO, int halves>
@@ -69,6 +77,9 @@ struct RegisterSource {
     static_assert(type_bytes<TO>() == 2, "o_or: 16-bit oracles");
     return qo[h].x | qo[h].y | qo[h].z | qo[h].w;
   }
+  /// Word j (elements 2j, 2j + 1 of 16-bit tensors, the lower index in the low half).
+  __device__ __forceinline__ uint32_t cw(int j) const { return word(qc, j); }
+  __device__ __forceinline__ uint32_t ow(int j) const { return word(qo, j); }
 };
 
 /// Element source that loads chunk elements from memory again (the rare second pass): keeps the
@@ -107,9 +118,9 @@ __device__ __forceinline__ void step_chunks(Running& r, const uint4 (&qc)[kVecs<
 
 /// Resident blocks per SM the compare kernel is compiled for (register budget 65536 / (256 x this)):
 /// 2 (128 registers) for every pair. A step of a 16-bit pair reads 64 bytes per thread and tensor
-/// pair, like a step of an fp32 pair, and needs 107 registers with no spill (ptxas -v, sm_90); at
-/// 3 blocks (85 registers) ptxas spilled the in-flight step around the rare path, inside the hot
-/// loop. Wider pairs need the registers for their fp64 arithmetic and two chunks in flight (fp32: no spill).
+/// pair, like a step of an fp32 pair, and fits the 128 registers with no spill (ptxas -v, sm_90:
+/// 128 for bf16/bf16 and f16/f16); at 3 blocks (85 registers) ptxas spilled the in-flight step
+/// around the rare path, inside the hot loop. Wider pairs need the registers for their fp64 arithmetic and two chunks in flight (fp32: no spill).
 template <DType TC, DType TO>
 constexpr int kMinBlocks = 2;
 

@@ -90,11 +90,13 @@ struct Running {
   double rel_den = 1.0;
   /// Flag thresholds of the lean step of 16-bit pairs (step_chunks_lean16), which refreshes them
   /// after each of its own updates (refresh_lean16): f_amax is max_abs_err rounded down to float,
-  /// f_h the factor h of its "may beat a maximum" test |d| > h * |o| (lean16_factor). The defaults
-  /// are those of the initial state. step() does not refresh them: callers run step() only after
-  /// the last chunk (the tail), and stale thresholds describe an earlier, smaller state, so they
-  /// only make the flags more eager (both grow with the state).
+  /// f_h the factor h of its relative-error test |d| > h * |o| (lean16_factor), u2 max_ulp
+  /// clamped to 0xffff in both 16-bit halves (its ULP test). The defaults are those of the
+  /// initial state. step() does not refresh them: callers run step() only after the last chunk
+  /// (the tail), and stale thresholds describe an earlier, smaller state, so they only make the
+  /// flags more eager (all grow with the state).
   float f_amax = 0.0f, f_h = 0.0f;
+  uint32_t u2 = 0;
 };
 
 /// Record a class mismatch or agreement between non-finite values (cold path).
@@ -204,7 +206,8 @@ KV_HD uint32_t lean_ulp16(uint64_t cb, uint64_t ob, float o) {
 }
 
 /// Element source over two arrays of raw bits, N elements (one or more chunks): c(e), o(e) give
-/// the bits of element e; o_or(h) the OR of the oracle patterns of chunk h (elements 8h..8h+7).
+/// the bits of element e; o_or(h) the OR of the oracle patterns of chunk h (elements 8h..8h+7);
+/// cw(j), ow(j) (16-bit types) the words of elements 2j, 2j + 1.
 template <int N>
 struct ArraySource {
   const uint64_t (&cb)[N];
@@ -216,6 +219,9 @@ struct ArraySource {
     for (int e = 0; e < kChunk; ++e) m |= ob[h * kChunk + e];
     return static_cast<uint32_t>(m);
   }
+  /// Words of two 16-bit patterns: elements 2j (low half) and 2j + 1 (high half).
+  KV_HD uint32_t cw(int j) const { return static_cast<uint32_t>((cb[2 * j] & 0xffffu) | ((cb[2 * j + 1] & 0xffffu) << 16)); }
+  KV_HD uint32_t ow(int j) const { return static_cast<uint32_t>((ob[2 * j] & 0xffffu) | ((ob[2 * j + 1] & 0xffffu) << 16)); }
 };
 
 /// Lean chunk step for pairs with a 32-bit type and no 64-bit candidate (A = fp64): one pass
@@ -279,30 +285,41 @@ KV_HD void step_chunk_lean(Running& r, const HotSrc& hot, const ColdSrc& cold, i
   }
 }
 
-/// Significant bits (implicit one included) of a 16-bit float type: 8 (bf16), 11 (fp16).
-template <DType T>
-KV_HD constexpr int precision16() {
-  return T == DType::BF16 ? 8 : 11;
+/// Per-lane unsigned maximum / minimum of two words of two 16-bit lanes (one instruction each on
+/// sm_90: VIMNMX.U16x2, VIMNMX3.U16x2).
+KV_HD uint32_t vmax_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const uint32_t lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+  return ((a >> 16) > (b >> 16) ? (a & 0xffff0000u) : (b & 0xffff0000u)) | lo;
+#endif
+}
+KV_HD uint32_t vmin_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vminu2(a, b);
+#else
+  const uint32_t lo = (a & 0xffffu) < (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+  return ((a >> 16) < (b >> 16) ? (a & 0xffff0000u) : (b & 0xffff0000u)) | lo;
+#endif
+}
+KV_HD uint32_t vmax3_u16x2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __vimax3_u16x2(a, b, c);
+#else
+  return vmax_u16x2(vmax_u16x2(a, b), c);
+#endif
 }
 
-/// The factor h of the lean 16-bit flag |d| > fl(h * |o|) (step_chunks_lean16) for the state in
-/// `r`: the float rounded down from min(h_rel, h_ulp) * (1 - 2^-11), where
-///   h_rel = rel_num / rel_den, the largest relative error (+Inf when rel_den = 0: no element can
-///           beat an infinite relative error), and
-///   h_ulp = umax / (2^P + umax) with umax = max_ulp and P = precision16<TC>() (same dtypes only;
-///           mixed 16-bit pairs test the ULP distance itself).
-/// The margin (1 - 2^-11) absorbs the rounding of the two fp64 operations; so h <= (1 - 2^-12) *
-/// min(h_rel, h_ulp) in exact arithmetic, which is what the proof in step_chunks_lean16 needs.
+/// The factor h of the lean 16-bit relative-error flag |d| > fl(h * |o|) (step_chunks_lean16) for
+/// the state in `r`: the float rounded down from h_rel * (1 - 2^-11), h_rel = rel_num / rel_den
+/// the largest relative error (+Inf when rel_den = 0: no element can beat an infinite relative
+/// error). The margin (1 - 2^-11) absorbs the rounding of the two fp64 operations; so
+/// h <= (1 - 2^-12) * h_rel in exact arithmetic, which is what the proof in step_chunks_lean16 needs.
 template <DType TC, DType TO>
 KV_HD float lean16_factor(const Running& r) {
   constexpr double kMargin = 1.0 - 1.0 / 2048.0;
-  double h = r.rel_den > 0.0 ? r.rel_num / r.rel_den * kMargin : static_cast<double>(INFINITY);
-  if constexpr (TC == TO) {
-    const double u = static_cast<double>(r.s.max_ulp);
-    const double g = u / (u + static_cast<double>(1 << precision16<TC>())) * kMargin;
-    h = g < h ? g : h;
-  }
-  return float_down(h);
+  return float_down(r.rel_den > 0.0 ? r.rel_num / r.rel_den * kMargin : static_cast<double>(INFINITY));
 }
 
 /// Refresh the flag thresholds of the lean 16-bit step after the state changed.
@@ -310,15 +327,16 @@ template <DType TC, DType TO>
 KV_HD void refresh_lean16(Running& r) {
   r.f_amax = float_down(r.s.max_abs_err);
   r.f_h = lean16_factor<TC, TO>(r);
+  const uint32_t u = r.s.max_ulp > 0xffffull ? 0xffffu : static_cast<uint32_t>(r.s.max_ulp);
+  r.u2 = u | (u << 16);
 }
 
-/// Rare part of step_chunks_lean16 (some chunk needs more than its two sums added): for each of
+/// Rare part of step_chunks_lean16 (some chunk is a fallback or flagged): for each of
 /// the kHalves chunks in index order, either the fp64 fallback (step() per element), or the sums,
-/// the bound mask recomputed exactly as the first pass computes it (when that pass saw an
-/// element past the bound) and, when flagged, the re-walk with step()'s update rules.
+/// the bound mask of the first pass and, when flagged, the re-walk with step()'s update rules.
 template <DType TC, DType TO, int kHalves, class ColdSrc>
 KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Bound& b, const float (&sse)[kHalves],
-                       const float (&ssr)[kHalves], const bool (&fallback)[kHalves], const bool (&past)[kHalves],
+                       const float (&ssr)[kHalves], const bool (&fallback)[kHalves], const unsigned (&past)[kHalves],
                        const bool (&hit)[kHalves]) {
   Hot& s = r.s;
 #pragma unroll
@@ -333,15 +351,8 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
     s.sum_sq_err += static_cast<double>(sse[h]);
     s.sum_sq_ref += static_cast<double>(ssr[h]);
     if (past[h]) {
-      const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
-      unsigned mask = 0;
-      for (int e = 0; e < kChunk; ++e) {
-        const float o = widen16<TO>(cold.o(e0 + e));
-        const float err = fabsf(widen16<TC>(cold.c(e0 + e)) - o);
-        mask |= static_cast<unsigned>(err > fmaf(rtol, fabsf(o), atol)) << e;
-      }
-      s.n_past_bound += popcount8(mask);
-      if (s.first_past_bound == kNoIndex) s.first_past_bound = cbase + lowest_bit(mask);
+      s.n_past_bound += popcount8(past[h]);
+      if (s.first_past_bound == kNoIndex) s.first_past_bound = cbase + lowest_bit(past[h]);
     }
     if (!hit[h]) continue;
     for (int e = 0; e < kChunk; ++e) {  // some maximum may move: step()'s rules, in index order
@@ -374,48 +385,58 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
 /// them; CPU and CUDA cut the same chunks, so they agree. Relies on IEEE arithmetic: no fast-math,
 /// no flush-to-zero.
 ///
-/// First pass, per element: the two sums, max |d| (emax, per chunk), "past the bound" (any, per
-/// chunk; the mask is recomputed in the rare part), and the flag |d| > fl(h * |o|) with h =
-/// Running::f_h (lean16_factor); per chunk the flag also holds when emax > Running::f_amax. A
-/// chunk that is not flagged, not past the bound and not a fallback only adds its sums. Why the
-/// flag is safe (no element that step()'s rules would take as a new maximum goes unflagged), with
-/// E = |c - o| exact, err = fl32(E) the measured error, ao = |o| and H = h * ao <= (1 - 2^-12) *
-/// min(h_rel, h_ulp) * ao in exact arithmetic:
-///  - absolute: err > max_abs_err >= f_amax (rounded down), so emax > f_amax.
-///  - relative: step()'s fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the exact
-///    err * rel_den > rel_num * ao (rounding is monotone), so err > h_rel * ao >= H (1 + 2^-12)
-///    and err > 0.
-///  - ULP (TC == TO): D > umax steps between c and o; with a = min(|c|, |o|), every step above a
-///    is at least spacing(a) > a * 2^-P (P significant bits; also for subnormals and a = 0), so
-///    for equal signs E >= D * spacing(a) > umax * 2^-P * a >= u (ao - E) with u = umax * 2^-P,
-///    i.e. E > ao * u / (1 + u) = h_ulp * ao; for opposite signs E >= ao > h_ulp * ao. So
-///    E > H (1 + 2^-12) and E > 0.
-///  In both cases x in {err, E} is a multiple of 2^-133 (c and o are), so x >= 2^-133. If
-///  H < 2^-137, fl(H) <= 2^-137 < x. Otherwise H 2^-12 >= 2^-149 and x > H + 2^-149, while
-///  fl(H) <= H + 2^-150 (subnormal) or fl(H) <= H (1 + 2^-24) (normal): x > fl(H); for x = E also
-///  fl(E) > fl(H): E is exact in fp32 when below 2^-109, and otherwise E > fl(H) (1 + 2^-13) lies
-///  above the float next to fl(H). So err > fl(H). Elements with d = 0 never flag.
-///  - ULP for mixed 16-bit pairs: the distance itself is compared with umax per element.
+/// First pass, per chunk: the two sums, the mask of elements past the bound, max |d| (emax), and
+/// the flag "some element may beat a running maximum", which sends the chunk to the exact re-walk
+/// (step()'s update rules, reading `cold`). Unless some chunk of the call is flagged or a
+/// fallback, the call only adds the sums and counts the masks (no re-read, whatever the bound). The flag never misses an element that step()'s rules
+/// would take as a new maximum, and on realistic data (most elements a few ULPs off) fires only
+/// where an element beats or nearly beats a maximum, so the re-walk stays rare (test
+/// Compare.LeanRewalkIsRareOnRealisticData). Its three parts:
+///  - absolute: emax > Running::f_amax (max_abs_err rounded down): err > max_abs_err implies it.
+///  - ULP, exact (no element at or below max_ulp sets it). Same dtypes: the 16-bit patterns are
+///    read as words of two lanes (hot.cw, hot.ow); per lane max - min of the patterns is the ULP
+///    distance when c and o have equal signs (sign-magnitude patterns of one sign are ordered
+///    like their values, one step apart per ULP; NaN and Inf lanes do not matter: such chunks
+///    are fallbacks); the chunk's per-lane maximum, started at
+///    Running::u2 (max_ulp clamped to 0xffff, distances are below 0x8000), differs from u2
+///    exactly when some distance exceeds max_ulp. In a chunk with a sign difference in some
+///    element (the OR of c ^ o has a sign bit set; +0 vs -0 too) that lane means nothing: the
+///    chunk's ULP part is then the exact distance of each element (lean_ulp16, from the
+///    registers) against max_ulp instead. Mixed 16-bit pairs: lean_ulp16 > max_ulp per element.
+///  - relative: |d| > fl(h * |o|) with h = Running::f_h (lean16_factor). Safe: with E = |c - o|
+///    exact, err = fl32(E) the measured error, ao = |o| and H = h * ao <= (1 - 2^-12) h_rel ao
+///    in exact arithmetic, step()'s fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the
+///    exact err * rel_den > rel_num * ao (rounding is monotone), so err > h_rel * ao >=
+///    H (1 + 2^-12) and err > 0. err is a multiple of 2^-133 (c and o are), so err >= 2^-133. If
+///    H < 2^-137, fl(H) <= 2^-137 < err. Otherwise H 2^-12 >= 2^-149 and err > H + 2^-149, while
+///    fl(H) <= H + 2^-150 (subnormal) or fl(H) <= H (1 + 2^-24) (normal): err > fl(H). Elements
+///    with d = 0 never flag.
 /// The thresholds are those at the start of the call; updates within it only raise them.
 ///
-/// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.o_or(h), the OR of the
+/// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.cw(j), hot.ow(j) the
+/// words of elements 2j, 2j + 1, the lower index in the low half; hot.o_or(h), the OR of the
 /// oracle patterns of chunk h): the first pass reads `hot`, the rare part `cold` (the CUDA kernel
-/// passes its registers as `hot` and a re-load from memory as `cold`).
+/// passes its registers as `hot` and a re-load from memory as `cold`, so no register has to stay
+/// live past the first pass).
 template <DType TC, DType TO, int kHalves, class HotSrc, class ColdSrc>
 KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold, int64_t base, const Bound& b) {
   static_assert(type_bytes<TC>() == 2 && type_bytes<TO>() == 2, "16-bit pairs only");
   constexpr float kTiny = 7.8886091e-31f;  // 2^-100
   constexpr uint32_t kMag = 0x7fff7fffu;   // magnitude bits of one or two packed 16-bit patterns
+  constexpr uint32_t kSign = 0x80008000u;  // sign bits of two packed 16-bit patterns
   const float amax = r.f_amax, h = r.f_h;
   const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
-  [[maybe_unused]] const uint32_t umax = r.s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(r.s.max_ulp);
+  const uint32_t u2 = r.u2;
+  const uint32_t umax = r.s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(r.s.max_ulp);
   float sse[kHalves], ssr[kHalves];
-  bool fallback[kHalves], past[kHalves], hit[kHalves];
+  bool fallback[kHalves], hit[kHalves];
+  unsigned past[kHalves];
   bool any = false;
 #pragma unroll
   for (int k = 0; k < kHalves; ++k) {
     float se = 0.0f, sr = 0.0f, emax = 0.0f;
-    bool p = false, f = false;
+    unsigned p = 0;
+    bool f = false;
 #pragma unroll
     for (int e = k * kChunk; e < (k + 1) * kChunk; ++e) {
       const uint64_t cb = hot.c(e), ob = hot.o(e);
@@ -427,20 +448,42 @@ KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold
       emax = fmaxf(emax, err);
       f |= err > h * ao;
       if constexpr (TC != TO) f |= lean_ulp16<TC, TO>(cb, ob, o) > umax;
-      p |= err > fmaf(rtol, ao, atol);
+      p |= static_cast<unsigned>(err > fmaf(rtol, ao, atol)) << (e - k * kChunk);
+    }
+    if constexpr (TC == TO) {
+      uint32_t signs = 0, um = u2;
+#pragma unroll
+      for (int j = k * kChunk / 2; j < (k + 1) * kChunk / 2; j += 2) {
+        const uint32_t c0 = hot.cw(j), o0 = hot.ow(j), c1 = hot.cw(j + 1), o1 = hot.ow(j + 1);
+        signs |= (c0 ^ o0) | (c1 ^ o1);
+        um = vmax3_u16x2(um, vmax_u16x2(c0, o0) - vmin_u16x2(c0, o0), vmax_u16x2(c1, o1) - vmin_u16x2(c1, o1));
+      }
+      bool fu = um != u2;   // exact unless some element's signs differ (then its lane means nothing)
+      if (signs & kSign) {  // rare: exact distances of the chunk's elements, from the registers
+        fu = false;
+#pragma unroll
+        for (int e = k * kChunk; e < (k + 1) * kChunk; ++e) fu |= lean_ulp16<TC, TO>(hot.c(e), hot.o(e), 0.0f) > umax;
+      }
+      f |= fu;
     }
     sse[k] = se;
     ssr[k] = sr;
-    fallback[k] = !(se + sr < INFINITY) | ((se < kTiny) & (emax > 0.0f)) | ((sr < kTiny) & ((hot.o_or(k) & kMag) != 0));
+    fallback[k] = (!(se + sr < INFINITY)) | ((se < kTiny) & (emax > 0.0f)) | ((sr < kTiny) & ((hot.o_or(k) & kMag) != 0));
     past[k] = p;
     hit[k] = f | (emax > amax);
-    any |= fallback[k] | p | hit[k];
+    any |= fallback[k] | hit[k];
   }
-  if (!any) {
+  if (!any) {  // common case: add the sums and count the elements past the bound, in chunk order
+    unsigned mask = 0;  // bit 8k + e: element e of chunk k past the bound
 #pragma unroll
     for (int k = 0; k < kHalves; ++k) {
       r.s.sum_sq_err += static_cast<double>(sse[k]);
       r.s.sum_sq_ref += static_cast<double>(ssr[k]);
+      mask |= past[k] << (k * kChunk);
+    }
+    if (mask) {
+      r.s.n_past_bound += popcount8(mask);
+      if (r.s.first_past_bound == kNoIndex) r.s.first_past_bound = base + lowest_bit(mask);
     }
     return;
   }
