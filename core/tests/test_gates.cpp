@@ -242,6 +242,32 @@ TEST(G11, GuardAndSanitizer) {
   EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
 }
 
+TEST(G11, UnfinishedToolIsNotAFindingAndNotAPass) {
+  json clean{{"tool", "memcheck"}, {"errors", 0}, {"first", ""}};
+  json slow{{"tool", "racecheck"}, {"errors", 0}, {"first", ""}, {"unfinished", "did not finish in 300 s"}};
+  json none{{"tool", "synccheck"}, {"not_applicable", "no GPU kernel of the candidate's own"}};
+  json m{{"guard", {{"band_writes", 0}, {"output_depends_on_bands", false}}},
+         {"sanitizer", {{"tools", {clean, slow, none}}}}};
+  auto r = gates::judge_g11(m);
+  EXPECT_EQ(r.verdict, Verdict::Error);  // neither FAIL (no finding) nor PASS (not established)
+  EXPECT_NE(r.summary.find("racecheck did not finish"), std::string::npos) << r.summary;
+  EXPECT_NE(r.summary.find("1 sanitizer tool(s) clean"), std::string::npos) << r.summary;
+  // a finding of another tool still fails, whatever is unfinished
+  auto bad = m;
+  bad["sanitizer"]["tools"][0]["errors"] = 1;
+  EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
+  // a guard-band write fails before anything else
+  bad = m;
+  bad["guard"]["band_writes"] = 1;
+  EXPECT_EQ(gates::judge_g11(bad).verdict, Verdict::Fail);
+  // skipped tools (no own kernel) are neither clean nor missing: PASS with the others clean
+  auto ok = m;
+  ok["sanitizer"]["tools"] = {clean, none};
+  r = gates::judge_g11(ok);
+  EXPECT_EQ(r.verdict, Verdict::Pass);
+  EXPECT_NE(r.summary.find("N/A (no kernel of its own): synccheck"), std::string::npos) << r.summary;
+}
+
 TEST(G12, Stream) {
   json ok{{"stream", {{"pending_writes_seen", true}, {"complete_after_stream_sync", true}}}, {"threads_added", 0}, {"patched", json::array()}};
   EXPECT_EQ(gates::judge_g12(ok).verdict, Verdict::Pass);

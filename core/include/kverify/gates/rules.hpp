@@ -84,8 +84,12 @@ GateResult judge_g09(const json& m);
 GateResult judge_g10(const json& m);
 
 /// G11 memory-safety (tolerance-free). Measurements:
-/// {"sanitizer":{"not_applicable":"why"} | {"tools":[{"tool":"memcheck","errors":n,"first":"..."}]},
+/// {"sanitizer":{"not_applicable":"why"} | {"tools":[{"tool":"memcheck","errors":n,"first":"..."}, ...]},
 ///  "guard":{"band_writes":n,"tensor":"input 0","output_depends_on_bands":bool}}
+/// A tool record may instead carry "not_applicable" (the tool checks only the candidate's own
+/// kernels and it has none: skipped) or, with errors 0, "unfinished" (timed out under the tool).
+/// FAIL: a guard band written or read, or any tool's errors > 0. ERROR: otherwise, when a tool is
+/// unfinished (memory safety not established). PASS otherwise.
 GateResult judge_g11(const json& m);
 
 /// G12 stream (tolerance-free). Measurements:

@@ -1,0 +1,174 @@
+"""G11's sanitizer orchestration on the CPU: which kernels are the candidate's own, which tools run
+with which kernel filters, and how an unfinished or failing tool becomes the gate's verdict (the
+sanitizers themselves run only on a GPU: tests/test_gpu.py and `kverify controls --device cuda`)."""
+import json
+from types import SimpleNamespace
+
+from kverify import engine
+from kverify.gates import g11_memory_safety as g11
+from kverify.sandbox import Outcome
+
+CUDA_SRC = r'''
+import torch
+from torch.utils.cpp_extension import load_inline
+src = """
+template <typename T, int BLOCK>
+__global__ void __launch_bounds__(256) scaled_add(const T* a, T* b, int n) { }
+__global__ static void plain(float* x) { }
+extern "C" __global__ void c_linkage(float* x) { }
+void __global__ void_first(float* x) { }
+__global__ __launch_bounds__(128, 2) void bounded(float* x) { }
+__device__ float helper(float v) { return v; }
+__global__ void declared_only(float*);
+"""
+'''
+TRITON_SRC = '''
+import triton
+import triton.language as tl
+
+@triton.autotune(configs=[], key=["n"])
+@triton.jit
+def add_kernel(x, y, n, BLOCK: tl.constexpr):
+    pass
+
+@triton.jit(do_not_specialize=["n"])
+def other(x, n):
+    pass
+
+def not_a_kernel():
+    pass
+'''
+TORCH_SRC = '''
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)  # __global__ in a comment is no definition: __global__ thing
+'''
+
+
+def test_own_kernels_are_the_kernels_the_source_defines():
+    assert g11.own_kernels(CUDA_SRC) == sorted(["scaled_add", "plain", "c_linkage", "void_first", "bounded",
+                                                "declared_only"])
+    assert g11.own_kernels(TRITON_SRC) == ["add_kernel", "other"]
+    assert g11.own_kernels(TORCH_SRC) == []
+
+
+def test_kernel_filters_match_each_own_kernel_by_its_mangled_or_plain_name():
+    assert g11.kernel_filters(TORCH_SRC) == []
+    f = g11.kernel_filters(CUDA_SRC)
+    assert "kns=10scaled_add" in f and "kne=scaled_add" in f  # _Z10scaled_addIfLi256EEvPKT_PS0_i ...
+    assert "kns=9c_linkage" in f and "kne=c_linkage" in f  # extern "C": the plain name
+    assert len(f) == 2 * len(g11.own_kernels(CUDA_SRC))
+    assert g11.kernel_filters(TRITON_SRC) == ["kns=add_kernel", "kns=other"]
+
+
+def test_only_racecheck_initcheck_synccheck_are_filtered_to_own_kernels(monkeypatch):
+    monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
+    mem = g11._sanitized_worker("memcheck", "cs", CUDA_SRC)["wrapper"]
+    assert "--kernel-name" not in mem  # memcheck checks every kernel of the call
+    for tool in ("racecheck", "initcheck", "synccheck"):
+        w = g11._sanitized_worker(tool, "cs", CUDA_SRC)["wrapper"]
+        assert w[:3] == ["cs", "--tool", tool]
+        given = [w[i + 1] for i, x in enumerate(w) if x == "--kernel-name"]
+        assert given == g11.kernel_filters(CUDA_SRC)  # one option per filter: a kernel matching any is checked
+    ks = g11.own_kernels(CUDA_SRC)
+    assert g11._tools(ks) == list(g11.TOOLS)
+    assert g11._tools([]) == ["memcheck"]
+    monkeypatch.setenv("KVERIFY_SANITIZE_ALL", "1")
+    assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", CUDA_SRC)["wrapper"]
+    assert g11._tools([]) == list(g11.TOOLS)
+
+
+def _run_start(monkeypatch, source: str, outcome_of):
+    """G11's start() on a fake CUDA context whose sandbox answers each tool's run with
+    ``outcome_of(tool, wrapper)``; returns (sanitizer measurements, the wrappers used)."""
+    monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
+    monkeypatch.setattr(g11.shutil, "which", lambda name: "/fake/compute-sanitizer")
+    used = {}
+
+    def run(jobs, timeout, tag, env, wrapper):
+        tool = wrapper[wrapper.index("--tool") + 1]
+        used[tool] = wrapper
+        return [outcome_of(tool, wrapper)]
+    ctx = SimpleNamespace(device="cuda", small_binding=lambda: None, specs_at=lambda b: [],
+                          job_at=lambda kind, label, b, specs: {"kind": kind, "id": label},
+                          sandbox=SimpleNamespace(candidate_source=source, run=run))
+    return g11.start(ctx)(), used
+
+
+def _verdict(sanitizer: dict) -> dict:
+    return engine.judge("G11", {"guard": {"band_writes": 0, "output_depends_on_bands": False},
+                                "sanitizer": sanitizer})
+
+
+def _log(tmp_path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_a_tool_that_times_out_is_not_a_finding_but_leaves_g11_unestablished(monkeypatch, tmp_path):
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    slow = _log(tmp_path, "slow.log", "========= COMPUTE-SANITIZER\n")
+
+    def outcome(tool, wrapper):
+        if tool == "racecheck":
+            return Outcome("timeout", detail="no result after 300 s", log=slow)
+        return Outcome("ok", result={}, log=clean)
+    s, used = _run_start(monkeypatch, CUDA_SRC, outcome)
+    race = next(t for t in s["tools"] if t["tool"] == "racecheck")
+    assert race["errors"] == 0 and "did not finish" in race["unfinished"]
+    assert race["kernels"] == g11.own_kernels(CUDA_SRC)
+    r = _verdict(s)
+    assert r["verdict"] == "ERROR" and "racecheck did not finish" in r["summary"], r["summary"]
+    # twin: every tool finishes clean -> PASS
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
+    assert _verdict(s)["verdict"] == "PASS"
+
+
+def test_findings_still_fail_g11_even_when_the_run_then_times_out(monkeypatch, tmp_path):
+    race = _log(tmp_path, "race.log", "========= Error: Race reported between Write access at k+0x10\n")
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+
+    def outcome(tool, wrapper):
+        if tool == "racecheck":
+            return Outcome("timeout", detail="no result after 300 s", log=race)
+        return Outcome("ok", result={}, log=clean)
+    s, _ = _run_start(monkeypatch, CUDA_SRC, outcome)
+    r = _verdict(s)
+    assert r["verdict"] == "FAIL" and "Race reported" in r["summary"], r["summary"]
+
+
+def test_a_candidate_without_kernels_of_its_own_runs_memcheck_only(monkeypatch, tmp_path):
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    s, used = _run_start(monkeypatch, TORCH_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
+    assert list(used) == ["memcheck"] and "--kernel-name" not in used["memcheck"]
+    skipped = [t["tool"] for t in s["tools"] if "not_applicable" in t]
+    assert skipped == ["racecheck", "initcheck", "synccheck"]
+    r = _verdict(s)
+    assert r["verdict"] == "PASS" and "N/A (no kernel of its own)" in r["summary"], r["summary"]
+    # a memcheck finding in PyTorch's kernels, caused by the candidate's call, still fails
+    oob = _log(tmp_path, "oob.log", "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 1 errors\n")
+    s, _ = _run_start(monkeypatch, TORCH_SRC, lambda tool, w: Outcome("ok", result={}, log=oob))
+    assert _verdict(s)["verdict"] == "FAIL"
+
+
+def test_a_crash_under_a_sanitizer_is_still_an_error_found(monkeypatch, tmp_path):
+    empty = _log(tmp_path, "empty.log", "")
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("crash", detail="SIGSEGV", log=empty))
+    r = _verdict(s)
+    assert r["verdict"] == "FAIL" and "crash: SIGSEGV" in r["summary"], json.dumps(s)[:300]
+
+
+def test_every_cuda_control_has_kernels_of_its_own():
+    """So the filtered tools run on them: `kverify controls --device cuda` then shows that the
+    racecheck control (g11_missing_syncthreads_cuda) is still caught through the filter."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "controls" / "cuda"
+    files = sorted(root.glob("*/defect.py")) + sorted(root.glob("*/twin.py"))
+    assert len(files) >= 20
+    for f in files:
+        assert g11.own_kernels(f.read_text()), f
+    race = (root / "g11_missing_syncthreads_cuda" / "defect.py").read_text()
+    assert "kns=1k" in g11.kernel_filters(race)  # its kernel is `k`: matched as the name, not any "k"
