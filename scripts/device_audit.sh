@@ -19,9 +19,12 @@ fi
 J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
 [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
 left=$(( ${AUDIT_S:-300} ))
+scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # where the CPU goes
+sampler=$!
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
+kill "$sampler" 2>/dev/null
 python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL

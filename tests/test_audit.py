@@ -170,6 +170,14 @@ def test_report_from_journal(whole, tmp_path):
     sweep = rep["tolerance_sweep"]["failures"]
     assert len(set(sweep["G03"].values())) == 1  # tolerance-free: flat
     assert any("G03" == s["gate"] for s in rep["failure_sample"])
+    # the little corpus: g03_fmax fails G03 (maybe with others), g07_inplace G07, g08_tail_unwritten G08
+    assert sum(rep["failing_sets"].values()) == 3
+    without = rep["classes_without_gate"]
+    assert sum(without["G03"].values()) == 4  # the judged rows
+    # leaving out the gate a row fails alone can only make rows cleaner, never dirtier
+    for g, n in rep["rejected_by_one_gate_alone"].items():
+        assert without[g]["CLEAN"] >= 1 + n, (g, n, without[g])
+    assert "Classes with one gate left out" in (out / "report.md").read_text()
     for f in ("report.md", "report.html", "classes.png", "tolerance_sweep.png"):
         assert (out / f).stat().st_size > 200, f
     assert "Wilson" in (out / "report.md").read_text()
@@ -376,3 +384,12 @@ def test_the_alone_rerun_is_serial(tmp_path, monkeypatch):
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"))
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), serial=True)
     assert seen == [None, "1"]
+
+
+def test_cpu_threads_share_the_cores_between_the_audits_processes():
+    from kverify.audit import cpu_threads
+
+    assert cpu_threads(8, 12, cpus=32) == 1  # 8 checks x ~4 busy processes + 12 builds > 32 cores
+    assert cpu_threads(1, 0, cpus=32) == 8
+    assert cpu_threads(2, 2, cpus=128) == 12
+    assert cpu_threads(1, 0, cpus=2) == 1  # never 0

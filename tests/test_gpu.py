@@ -42,7 +42,7 @@ def test_cuda_schedule_sets_the_primary_contexts_wait_mode(mode, flags):
     (CU_CTX_SCHED_BLOCKING_SYNC) once torch creates it; unset (the control), CUDA's auto mode (0)."""
     import subprocess
     import sys
-    code = ("import torch; from kverify._internal import cuda_schedule as s; print(s.apply()); "
+    code = ("import torch; from kverify._internal import cuda_schedule as s; print(repr(s.apply())); "
             "torch.zeros(1, device='cuda').add_(1); torch.cuda.synchronize(); print(s.primary_flags(0))")
     env = {k: v for k, v in __import__("os").environ.items() if k != "KVERIFY_CUDA_SCHEDULE"}
     if mode:
@@ -50,5 +50,5 @@ def test_cuda_schedule_sets_the_primary_contexts_wait_mode(mode, flags):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     applied, got = r.stdout.split()
-    assert applied == (mode or "") or (not mode and applied == ""), r.stdout
+    assert applied == repr(mode), r.stdout  # "" when unset: nothing applied
     assert int(got) == flags, r.stdout

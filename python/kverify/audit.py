@@ -73,7 +73,8 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     try:
         src = row_sources(corpus, row)
         ref_path, cand_path = src.paths(corpus)
-        report = check(src.reference, ref_path, src.candidate, cand_path, tolerance=src.tolerance, **opts)
+        kw = {k: v for k, v in opts.items() if k != "threads"}  # threads: the process's env (_task)
+        report = check(src.reference, ref_path, src.candidate, cand_path, tolerance=src.tolerance, **kw)
         klass, reason = report["class"], ""
     except KverifyError as e:
         report, klass, reason = None, "UNJUDGED", str(e)[:500]
@@ -100,6 +101,14 @@ def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float,
         return p.status, p.error, p.seconds, p.input_bytes
     except Exception as e:  # noqa: BLE001 — the check will meet the same problem and record it
         return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0
+
+
+def cpu_threads(jobs: int, compile_jobs: int, cpus: int | None = None) -> int:
+    """CPU threads for each process of an audit's checks and builds (OMP_NUM_THREADS, unless set):
+    the cores shared by the ~4 busy processes of each of ``jobs`` checks and the ``compile_jobs``
+    builds, at least 1. ``cpus``: default os.cpu_count()."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(1, cpus // (4 * jobs + compile_jobs))
 
 
 def _timed_check(*args) -> tuple:
@@ -136,7 +145,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--jobs must be >= 1 and --compile-jobs >= 0, got {jobs} and {compile_jobs}")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
-    opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates}
+    opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
+            "threads": cpu_threads(jobs, compile_jobs)}
     i, n = parse_shard(shard)
     rows = []
     for p, (_, r) in enumerate(iter_rows(corpus)):
@@ -210,6 +220,10 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     # its workers inherit both
     os.environ.setdefault(cuda_schedule.ENV, "block")
     os.environ.setdefault("KVERIFY_EMPTY_CACHE", "1")
+    # ~9 processes per check and several checks at once: torch's CPU thread pools (one thread per
+    # core each by default) would oversubscribe the cores many times over (opts["threads"])
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(opts.get("threads", 1)))
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
     exit_with_parent()

@@ -6,8 +6,11 @@ confusion matrix of the standard test against the gates; the tolerance-calibrati
 each tolerance-based gate, its failures when its bound is scaled by 0.01 ... 1000 — computed
 from each result's stored measured-error/bound ratio; tolerance-free gates drawn flat);
 agreement of our standard test with the harness that accepted each row (all rows were accepted),
-per source; breakdowns by source, level, backend and GPU; a stratified sample of failures (per
-gate and source, up to 3 each) with their evidence, for a hand audit.
+per source; breakdowns by source, level, backend and GPU; which gates fail together (the sets
+of failing gates, and the rows each gate rejects alone) and the classes with any one gate left
+out (so a headline that rests on a single gate, e.g. G12's stream rule, shows as such); a
+stratified sample of failures (per gate and source, up to 3 each) with their evidence, for a hand
+audit.
 """
 from __future__ import annotations
 
@@ -100,13 +103,39 @@ def build(kernels: list[dict]) -> dict:
                 r = k["gates"][g]
                 sample.append({"gate": g, "source": src, "id": k["id"], "verdict": r["verdict"], "summary": r["summary"],
                                "evidence": r["evidence"]})
+    sets, alone, without = failing_gates(kernels)
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
             "tolerance_free": tf,
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
             "tolerance_sweep": {"factors": list(SWEEP), "failures": sweep}, "standard_agreement": agreement,
-            "breakdowns": breakdowns, "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
+            "breakdowns": breakdowns, "failing_sets": sets, "rejected_by_one_gate_alone": alone,
+            "classes_without_gate": without,
+            "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
+
+
+def failing_gates(kernels: list[dict]) -> tuple[dict, dict, dict]:
+    """For the judged rows: (the sets of gates whose verdict counts as a failure for the class --
+    FAIL, CRASH, TIMEOUT -- as "G03+G12": rows, most common first; {gate: rows rejected by that
+    gate alone}; {gate: {class: rows}} with that gate's result left out, by the core's class rule)."""
+    from kverify.engine import classify
+
+    judged = [k for k in kernels if k["class"] not in NOT_JUDGED and k["gates"]]
+    sets: Counter = Counter()
+    alone: Counter = Counter()
+    for k in judged:
+        bad = sorted(g for g, r in k["gates"].items() if r["verdict"] in ("FAIL", "CRASH", "TIMEOUT"))
+        if bad:
+            sets["+".join(bad)] += 1
+            if len(bad) == 1:
+                alone[bad[0]] += 1
+    gates = sorted({g for k in judged for g in k["gates"]})
+    without = {}
+    for g in gates:
+        c = Counter(classify([{"gate": x, "name": x, **r} for x, r in k["gates"].items() if x != g]) for k in judged)
+        without[g] = {cls: c.get(cls, 0) for cls in ("BROKEN", "VIOLATION", "CLEAN")}
+    return dict(sets.most_common()), dict(sorted(alone.items())), without
 
 
 def _group(kernels, field):
@@ -144,6 +173,12 @@ def markdown(rep: dict) -> str:
     for field, groups in rep["breakdowns"].items():
         L += [f"\n## By {field}\n", "| " + field + " | " + " | ".join(CLASSES) + " |", "|---|" + "---|" * len(CLASSES)]
         L += [f"| {v} | " + " | ".join(str(c.get(k, 0)) for k in CLASSES) + " |" for v, c in groups.items()]
+    L += ["\n## Which gates reject together\n", "Rows rejected by one gate alone: "
+          + (", ".join(f"{g} {n}" for g, n in rep["rejected_by_one_gate_alone"].items()) or "none") + ".\n",
+          "| failing gates | rows |", "|---|---|"]
+    L += [f"| {s} | {n} |" for s, n in rep["failing_sets"].items()]
+    L += ["\n## Classes with one gate left out\n", "| left out | BROKEN | VIOLATION | CLEAN |", "|---|---|---|---|"]
+    L += [f"| {g} | {c['BROKEN']} | {c['VIOLATION']} | {c['CLEAN']} |" for g, c in rep["classes_without_gate"].items()]
     if rep["unjudged_reasons"]:
         L += ["\n## Not judged\n", "| reason | rows |", "|---|---|"]
         L += [f"| {r} | {n} |" for r, n in rep["unjudged_reasons"].items()]
