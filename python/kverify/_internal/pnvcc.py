@@ -1,0 +1,257 @@
+"""nvcc with its host and device passes at once: the same commands nvcc runs, in two lanes.
+
+``nvcc -c file.cu`` runs one chain of tools (print them with ``nvcc -dryrun``): the host lane
+(preprocess, then cudafe++, EDG's host front end, which also writes the translation unit's
+module id), the device lane (preprocess, cicc, ptxas, fatbinary; cicc reads that module id), then
+the host compiler on cudafe++'s output, which includes what the device lane wrote. cudafe++ and
+cicc each parse the whole translation unit (with torch's headers, ~9-10 s each on this project's
+CPU-only machine) and wait for each other only because of the module id. Both tools can also
+write it (``--gen_module_id_file``), from the same front end, so here cicc writes its own copy
+and the two lanes run at once; the host compile starts once both are done and the two module
+ids are equal. If they differ, the device lane is run again, serially, with cudafe++'s id
+exactly as nvcc would. The files each lane writes are disjoint (checked: cudafe++ writes the
+module id and .cudafe1.cpp; cicc .cudafe1.c, .cudafe1.stub.c, .cudafe1.gpu and the PTX).
+
+So the object is what nvcc builds: same tools, same arguments, same inputs. nvcc's own objects
+differ from run to run only in the temporary file names it embeds (``tmpxft_<pid>...``), and so
+do these (tests/test_pnvcc.py compares objects with those names normalised, and device code
+byte for byte). Anything this does not recognise -- not one ``-c`` of one source, no cudafe++ or
+cicc, a tool that fails -- runs the real nvcc with the original arguments, so diagnostics and exit
+status are nvcc's own.
+
+Used as ``PYTORCH_NVCC`` by kverify's fast build (kverify._internal.fastbuild) with the real
+nvcc in ``KVERIFY_REAL_NVCC``; a standalone script (no kverify or torch import): run as
+``python pnvcc.py ARGS...``. Local measurement (2 cores, nvcc 13.0, a corpus kernel with the fast
+build's headers, as torch's ninja file calls nvcc): 30.3 s with nvcc, 20.3 s here. The
+dependency file nvcc would write (``--generate-dependencies-with-compile --dependency-output F``
+or ``-MD -MF F``, which add a step of nvcc's own that is no command) is written from the host
+preprocessor's line markers instead (write_depfile): the source and every header it read.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$")
+_MODULE_ID = re.compile(r'--module_id_file_name\s+("[^"]*"|\S+)')
+
+
+def _expand(value: str, env: dict) -> str:
+    """An nvcc -dryrun assignment's right-hand side: $VAR / ${VAR} from ``env``, quotes dropped."""
+    value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m.group(1) or m.group(2), ""), value.strip())
+    return value.replace('"', "")
+
+
+def plan(dryrun_stderr: str, env: dict) -> tuple[dict, list[str]]:
+    """(environment, commands) of an ``nvcc -dryrun`` listing (its ``#$ `` lines): assignments
+    update a copy of ``env`` in order, the rest are shell commands."""
+    env = dict(env)
+    cmds = []
+    for line in dryrun_stderr.splitlines():
+        if not line.startswith("#$ "):
+            continue
+        line = line[3:]
+        m = _ASSIGN.match(line)
+        if m and not line.startswith(("gcc", "g++", "cc", "c++")):
+            env[m.group(1)] = _expand(m.group(2), env)
+        else:
+            cmds.append(line)
+    return env, cmds
+
+
+def _tool(cmd: str) -> str:
+    try:
+        first = shlex.split(cmd)[0]
+    except ValueError:
+        return ""
+    return os.path.basename(first)
+
+
+def _output(cmd: str) -> str | None:
+    """The file after ``-o`` in a command, unquoted."""
+    try:
+        w = shlex.split(cmd)
+    except ValueError:
+        return None
+    return w[w.index("-o") + 1] if "-o" in w[:-1] else None
+
+
+def lanes(cmds: list[str]) -> tuple[list[str], list[str], list[str], str] | None:
+    """(host lane, device lane with cicc writing its own module id, the device lane as nvcc runs
+    it, final command), or None when the chain is not the shape this knows: preprocessing steps
+    (``-E``), one cudafe++ that generates the module id, cicc steps reading that id, then ptxas /
+    fatbinary / rm, and a last command with -c. Each preprocessing step goes to the lane of the
+    tool that reads its output."""
+    tools = [_tool(c) for c in cmds]
+    if tools.count("cudafe++") != 1 or "cicc" not in tools or " -c " not in f" {cmds[-1]} ":
+        return None
+    cudafe = cmds[tools.index("cudafe++")]
+    mid = _MODULE_ID.search(cudafe)
+    if "--gen_module_id_file" not in cudafe or not mid:
+        return None
+    host, device, as_nvcc = [], [], []
+    n_cicc = 0
+    for c, t in zip(cmds[:-1], tools[:-1]):
+        if " -E " in f" {c} " and t not in ("cudafe++", "cicc"):
+            out = _output(c)
+            if not out:
+                return None
+            if out in cudafe:
+                host.append(c)
+            elif any(out in x for x, tt in zip(cmds, tools) if tt == "cicc"):
+                device.append(c)
+                as_nvcc.append(c)
+            else:
+                return None
+        elif t == "cudafe++":
+            host.append(c)
+        elif t == "cicc":
+            m = _MODULE_ID.search(c)
+            if not m or m.group(1) != mid.group(1) or "--gen_module_id_file" in c:
+                return None
+            n_cicc += 1  # one file per cicc step (one per virtual architecture): each is compared
+            tail = f".cicc{n_cicc}"
+            own = m.group(1)[:-1] + tail + '"' if m.group(1).endswith('"') else m.group(1) + tail
+            device.append(c[: m.start()] + f"--gen_module_id_file --module_id_file_name {own}" + c[m.end():])
+            as_nvcc.append(c)
+        elif t in ("ptxas", "fatbinary", "nvlink", "rm") and "cicc" in tools[: cmds.index(c)]:
+            device.append(c)
+            as_nvcc.append(c)
+        else:
+            return None
+    return host, device, as_nvcc, cmds[-1]
+
+
+#: nvcc's dependency-file options (torch's ninja file passes the first pair); nvcc filters the
+#: dependencies in a step of its own that -dryrun lists but that is no command
+_DEPS_FLAG = "--generate-dependencies-with-compile"
+_DEPS_OUT = ("--dependency-output", "-MF")
+
+
+def _without_depfile(argv: list[str]) -> tuple[list[str], str | None]:
+    """(argv without the dependency-file options, the dependency file or None)."""
+    if _DEPS_FLAG not in argv and "-MD" not in argv:
+        return argv, None
+    out, dep, skip = [], None, False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in (_DEPS_FLAG, "-MD"):
+            continue
+        if a in _DEPS_OUT and i + 1 < len(argv):
+            dep, skip = argv[i + 1], True
+            continue
+        out.append(a)
+    return out, dep
+
+
+def _module_id_file(cmd: str) -> str:
+    return _MODULE_ID.search(cmd).group(1).strip('"')
+
+
+def _run(cmds: list[str], env: dict, out: list) -> bool:
+    """Run shell commands in order (``rm`` may fail, as under nvcc); append (stdout, stderr) to
+    ``out``; False at the first failure."""
+    for c in cmds:
+        p = subprocess.run(["/bin/sh", "-c", c], env=env, capture_output=True, text=True)
+        out.append((p.stdout, "" if _tool(c) == "rm" else p.stderr))  # nvcc's own clean-up is silent
+        if p.returncode != 0 and _tool(c) != "rm":
+            return False
+    return True
+
+
+_LINE_MARKER = re.compile(r'^# \d+ "([^"<][^"]*)"', re.M)
+
+
+def write_depfile(path: str, obj: str, src: str, preprocessed: list[str | None]) -> None:
+    """A make-style dependency file for ninja (``deps = gcc``): ``obj`` depends on ``src`` and
+    every file named by the line markers (``# N "file"``) of the ``preprocessed`` outputs, i.e. every
+    header the translation unit read -- what nvcc's own dependency step (which -dryrun lists but
+    which is no command) reports, so a changed header rebuilds the object."""
+    files: dict[str, None] = {src: None}
+    for pre in preprocessed:
+        if pre and os.path.exists(pre):
+            with open(pre, errors="replace") as f:
+                for m in _LINE_MARKER.finditer(f.read()):
+                    files.setdefault(os.path.normpath(m.group(1)), None)
+    esc = lambda x: x.replace("\\", "\\\\").replace(" ", "\\ ").replace("$", "$$")  # noqa: E731
+    with open(path, "w") as f:
+        f.write(f"{esc(obj)}: " + " \\\n  ".join(esc(x) for x in files) + "\n")
+
+
+def _trace(what: str) -> None:
+    """Append how the call was built ("lanes", "lanes, device lane again", "nvcc: why") to the
+    file named by KVERIFY_PNVCC_TRACE, if any (tests)."""
+    path = os.environ.get("KVERIFY_PNVCC_TRACE")
+    if path:
+        with open(path, "a") as f:
+            f.write(what + "\n")
+
+
+def main(argv: list[str]) -> int:
+    nvcc = os.environ.get("KVERIFY_REAL_NVCC") or "nvcc"
+
+    def real(why: str) -> int:
+        _trace(f"nvcc: {why}")
+        return subprocess.call([nvcc, *argv])
+    if argv.count("-c") != 1 or sum(a.endswith(".cu") for a in argv) != 1 or {"-dryrun", "--dryrun"} & set(argv):
+        return real("not one -c of one .cu")
+    args, depfile = _without_depfile(argv)
+    tmp = tempfile.mkdtemp(prefix="kverify-pnvcc-")  # nvcc names its temporary files under TMPDIR
+    try:
+        d = subprocess.run([nvcc, "-dryrun", *args], capture_output=True, text=True, env={**os.environ, "TMPDIR": tmp})
+        if d.returncode != 0:
+            return real("-dryrun failed")
+        env, cmds = plan(d.stderr, {**os.environ, "TMPDIR": tmp})
+        split = lanes(cmds) if cmds else None
+        if split is None:
+            return real("a chain of another shape")
+        host, device, as_nvcc, last = split
+        h_out: list = []
+        d_out: list = []
+        done: dict = {}
+        def device_lane() -> None:
+            try:
+                done["ok"] = _run(device, env, d_out)
+            except OSError:
+                done["ok"] = False
+        lane = threading.Thread(target=device_lane)
+        lane.start()
+        h_ok = _run(host, env, h_out)
+        lane.join()
+        if not (h_ok and done.get("ok")):
+            return real("a step failed")  # nvcc's own diagnostics and exit status
+        theirs = open(_module_id_file(host[-1])).read()
+        if any(open(_module_id_file(c)).read() != theirs for c in device if _tool(c) == "cicc"):
+            d_out = []  # the device lane again, as nvcc runs it: with cudafe++'s module id
+            if not _run(as_nvcc, env, d_out):
+                return real("a step failed")
+            _trace("lanes, device lane again")
+        final: list = []
+        if not _run([last], env, final):
+            return real("a step failed")
+        if depfile:
+            src = next(a for a in args if a.endswith(".cu"))
+            obj = args[args.index("-o") + 1] if "-o" in args[:-1] else ""
+            write_depfile(depfile, obj, src, [_output(c) for c in host if " -E " in f" {c} "])
+        _trace("lanes")
+        own = "".join(ln + "\n" for ln in d.stderr.splitlines() if not ln.startswith("#$ "))  # nvcc's own warnings
+        for o, e in [("", own), *h_out, *d_out, *final]:
+            sys.stdout.write(o)
+            sys.stderr.write(e)
+        return 0
+    except OSError as e:
+        return real(f"{type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""kverify._internal.pnvcc: nvcc's own commands in a host and a device lane. Listing logic on the
+CPU; with nvcc on PATH, the object equals nvcc's (temporary file names aside) and errors are nvcc's."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kverify._internal import pnvcc
+
+T = "/tmp/kv/tmpxft_00001234_00000000"
+# an `nvcc -dryrun -c a.cu -o a.o` listing of nvcc 13.0 (arguments shortened), deps options removed
+LISTING = f"""#$ _NVVM_BRANCH_=nvvm
+#$ TOP=/usr/local/cuda/bin/..
+#$ CICC_PATH=$TOP/nvvm/bin
+#$ INCLUDES="-I/usr/local/cuda/include"
+#$ gcc -D__CUDA_ARCH_LIST__=900 -E -x c++ -D__CUDACC__ "a.cu" -o "{T}-5_a.cpp4.ii"
+#$ cudafe++ --c++17 --gen_c_file_name "{T}-6_a.cudafe1.cpp" --stub_file_name "tmpxft_00001234_00000000-6_a.cudafe1.stub.c" --gen_module_id_file --module_id_file_name "{T}-4_a.module_id" "{T}-5_a.cpp4.ii"
+#$ gcc -D__CUDA_ARCH__=900 -E -x c++ -D__CUDACC__ "a.cu" -o "{T}-7_a.cpp1.ii"
+#$ "$CICC_PATH/cicc" --c++17 -arch compute_90 --module_id_file_name "{T}-4_a.module_id" --gen_c_file_name "{T}-6_a.cudafe1.c" --stub_file_name "{T}-6_a.cudafe1.stub.c" "{T}-7_a.cpp1.ii" -o "{T}-6_a.ptx"
+#$ ptxas -arch=sm_90 -m64 "{T}-6_a.ptx" -o "{T}-8_a.cubin"
+#$ fatbinary -64 "--image3=kind=elf,sm=90,file={T}-8_a.cubin" --embedded-fatbin="{T}-3_a.fatbin.c"
+#$ rm {T}-3_a.fatbin
+#$ gcc -D__CUDA_ARCH__=900 -c -x c++ -fPIC "{T}-6_a.cudafe1.cpp" -o "a.o"
+"""
+
+
+def test_the_listing_splits_into_a_host_and_a_device_lane():
+    env, cmds = pnvcc.plan(LISTING, {"PATH": "/bin"})
+    assert env["CICC_PATH"] == "/usr/local/cuda/bin/../nvvm/bin" and env["INCLUDES"] == "-I/usr/local/cuda/include"
+    assert len(cmds) == 8
+    host, device, as_nvcc, last = pnvcc.lanes(cmds)
+    assert [pnvcc._tool(c) for c in host] == ["gcc", "cudafe++"]
+    assert [pnvcc._tool(c) for c in device] == ["gcc", "cicc", "ptxas", "fatbinary", "rm"]
+    assert last.endswith('-o "a.o"')
+    cicc = device[1]
+    assert f'--gen_module_id_file --module_id_file_name "{T}-4_a.module_id.cicc1"' in cicc  # its own copy
+    assert as_nvcc[1] == cmds[3]  # the fallback lane is nvcc's, unchanged
+    assert pnvcc._module_id_file(host[-1]) == f"{T}-4_a.module_id"
+
+
+@pytest.mark.parametrize("change", ["two cudafe++", "filter step", "no module id", "unknown tool", "no -c"])
+def test_a_chain_of_another_shape_is_left_to_nvcc(change):
+    _, cmds = pnvcc.plan(LISTING, {})
+    if change == "two cudafe++":
+        cmds.insert(2, cmds[1])
+    elif change == "filter step":
+        cmds.insert(2, "-- Filter Dependencies -- > a.d")
+    elif change == "no module id":
+        cmds[1] = cmds[1].replace("--gen_module_id_file ", "")
+    elif change == "unknown tool":
+        cmds.insert(5, "nvdisasm x.cubin")
+    else:
+        cmds[-1] = cmds[-1].replace(" -c ", " ")
+    assert pnvcc.lanes(cmds) is None
+
+
+def test_each_architectures_cicc_writes_its_own_module_id():
+    _, cmds = pnvcc.plan(LISTING, {})
+    second = cmds[3].replace("compute_90", "compute_80").replace("-6_a.ptx", "-9_a.ptx")
+    cmds.insert(4, second)
+    host, device, as_nvcc, _ = pnvcc.lanes(cmds)
+    own = [pnvcc._module_id_file(c) for c in device if pnvcc._tool(c) == "cicc"]
+    assert own == [f"{T}-4_a.module_id.cicc1", f"{T}-4_a.module_id.cicc2"]  # compared one by one
+
+
+def test_the_dependency_file_options_are_taken_out():
+    argv = ["--generate-dependencies-with-compile", "--dependency-output", "x.o.d", "-O3", "-c", "a.cu", "-o", "x.o"]
+    assert pnvcc._without_depfile(argv) == (["-O3", "-c", "a.cu", "-o", "x.o"], "x.o.d")
+    argv = ["-MD", "-MF", "x.o.d", "-c", "a.cu", "-o", "x.o"]  # the form torch 2.13's ninja file uses
+    assert pnvcc._without_depfile(argv) == (["-c", "a.cu", "-o", "x.o"], "x.o.d")
+    assert pnvcc._without_depfile(["-c", "a.cu"]) == (["-c", "a.cu"], None)
+
+
+def test_the_dependency_file_names_every_header_the_preprocessor_read(tmp_path):
+    pre = tmp_path / "a.cpp4.ii"
+    pre.write_text('# 1 "/src/a.cu"\n# 1 "<built-in>"\n# 1 "/inc/my header.h" 1\nint x;\n# 7 "/inc/b.h" 1 3\n')
+    dep = tmp_path / "a.o.d"
+    pnvcc.write_depfile(str(dep), "a.o", "/src/a.cu", [str(pre), None])
+    text = dep.read_text()
+    assert text.startswith("a.o: /src/a.cu") and "/inc/my\\ header.h" in text and "/inc/b.h" in text
+    assert "built-in" not in text
+
+
+nvcc = shutil.which("nvcc")
+KERNEL = "__global__ void add(const float* a, float* b, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] += a[i]; }\n" \
+         "void launch(const float* a, float* b, int n) { add<<<(n + 255) / 256, 256>>>(a, b, n); }\n"
+
+
+def _compile(cmd, src, tmp_path, tag):
+    obj, dep = tmp_path / f"{tag}.o", tmp_path / f"{tag}.o.d"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    r = subprocess.run([*cmd, "--generate-dependencies-with-compile", "--dependency-output", str(dep), "-O3",
+                        "-gencode=arch=compute_90,code=sm_90", "--compiler-options", "-fPIC", "-c", str(src), "-o", str(obj)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
+    return r, obj, dep
+
+
+@pytest.mark.skipif(nvcc is None, reason="needs nvcc")
+def test_the_object_is_nvccs_and_errors_are_nvccs(tmp_path, monkeypatch):
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    ours = [sys.executable, str(pnvcc.__file__)]
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("KVERIFY_PNVCC_TRACE", str(trace))
+    a, obj_a, _ = _compile([nvcc], src, tmp_path, "nvcc")
+    b, obj_b, dep_b = _compile(ours, src, tmp_path, "ours")
+    assert a.returncode == 0 and b.returncode == 0, b.stderr
+    assert trace.read_text().splitlines() == ["lanes"], trace.read_text()  # not nvcc itself, no second device lane
+    norm = lambda p: re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_X", p.read_bytes())  # noqa: E731
+    assert norm(obj_a) == norm(obj_b)  # nvcc's objects differ run to run only in those names
+    assert dep_b.read_text().startswith(f"{obj_b}: {src}")
+    assert "cuda_runtime.h" in dep_b.read_text()  # the headers it read
+    assert not list((tmp_path / "scratch").iterdir())  # its temporary folder is gone
+    # a compile error: nvcc's own message and status
+    bad = tmp_path / "bad.cu"
+    bad.write_text(KERNEL.replace("b[i] += a[i];", "b[i] += undeclared;"))
+    a, *_ = _compile([nvcc], bad, tmp_path, "nvcc_bad")
+    b, *_ = _compile(ours, bad, tmp_path, "ours_bad")
+    assert a.returncode != 0 and b.returncode == a.returncode
+    assert "undeclared" in b.stderr and "error" in b.stderr
+    assert trace.read_text().splitlines()[-1] == "nvcc: a step failed"
