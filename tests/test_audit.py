@@ -178,6 +178,7 @@ def test_report_from_journal(whole, tmp_path):
     for g, n in rep["rejected_by_one_gate_alone"].items():
         assert without[g]["CLEAN"] >= 1 + n, (g, n, without[g])
     assert "Classes with one gate left out" in (out / "report.md").read_text()
+    assert rep["clean_rows_with_an_error_gate"] == 0 and rep["clean_with_error_gates"] == {}
     for f in ("report.md", "report.html", "classes.png", "tolerance_sweep.png"):
         assert (out / f).stat().st_size > 200, f
     assert "Wilson" in (out / "report.md").read_text()
@@ -393,3 +394,16 @@ def test_cpu_threads_share_the_cores_between_the_audits_processes():
     assert cpu_threads(1, 0, cpus=32) == 8
     assert cpu_threads(2, 2, cpus=128) == 12
     assert cpu_threads(1, 0, cpus=2) == 1  # never 0
+
+
+def test_the_report_says_which_clean_rows_rest_on_a_gate_it_could_not_judge():
+    from kverify.audit_report import build
+
+    def row(i, klass, g11, g12="PASS"):
+        gate = lambda v: {"verdict": v, "summary": "", "bound_ratio": 0.0, "tolerance_free": True, "evidence": {}}  # noqa: E731
+        return {"id": f"r{i}", "class": klass, "standard": "PASS", "source": "s", "level": 1, "backend": "cuda",
+                "gpu": "H200", "reason": "", "gates": {"G11": gate(g11), "G12": gate(g12)}}
+    rep = build([row(1, "CLEAN", "ERROR"), row(2, "CLEAN", "PASS"), row(3, "BROKEN", "PASS", "FAIL")])
+    assert rep["clean_rows_with_an_error_gate"] == 1 and rep["clean_with_error_gates"] == {"G11": 1}
+    assert rep["rejected_by_one_gate_alone"] == {"G12": 1}
+    assert rep["classes_without_gate"]["G12"] == {"BROKEN": 0, "VIOLATION": 0, "CLEAN": 3}

@@ -4,6 +4,8 @@ sanitizers themselves run only on a GPU: tests/test_gpu.py and `kverify controls
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from kverify import engine
 from kverify.gates import g11_memory_safety as g11
 from kverify.sandbox import Outcome
@@ -42,7 +44,7 @@ TORCH_SRC = '''
 import torch
 class ModelNew(torch.nn.Module):
     def forward(self, x):
-        return torch.relu(x)  # __global__ in a comment is no definition: __global__ thing
+        return torch.relu(x)
 '''
 
 
@@ -51,6 +53,26 @@ def test_own_kernels_are_the_kernels_the_source_defines():
                                                 "declared_only"])
     assert g11.own_kernels(TRITON_SRC) == ["add_kernel", "other"]
     assert g11.own_kernels(TORCH_SRC) == []
+
+
+@pytest.mark.parametrize("src", [
+    "#define KNAME relu_k\n__global__ void KNAME(float* x) {}\n",  # a macro name: the filter would match nothing
+    "#define DEF(n) __global__ void n##_fwd(float* x) {}\nDEF(relu)\n",  # a __global__ no definition parse finds
+    "relu = triton.jit(_relu)\n",  # Triton without the decorator
+    "from numba import cuda\n@cuda.jit\ndef k(x): pass\n",
+    "import cupy\nk = cupy.ElementwiseKernel('float32 x', 'float32 y', 'y = x', 'k')\n",
+    "from torch.utils import cpp_extension\nm = cpp_extension.load(name='m', sources=['m.cu'])\n",
+])
+def test_kernels_kverify_cannot_name_for_sure_are_all_checked(src, monkeypatch):
+    monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
+    assert g11.kernel_scope(src) is None
+    assert g11._tools(g11.kernel_scope(src)) == list(g11.TOOLS)  # not N/A
+    assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", src)["wrapper"]  # unfiltered
+
+
+def test_a_kernel_with_an_attribute_is_parsed():
+    src = "__global__ __attribute__((noinline)) void relu(float* x) {}\n"
+    assert g11.own_kernels(src) == ["relu"] and g11.kernel_scope(src) == ["relu"]
 
 
 def test_kernel_filters_match_each_own_kernel_by_its_mangled_or_plain_name():

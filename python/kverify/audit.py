@@ -106,8 +106,8 @@ def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float,
 def cpu_threads(jobs: int, compile_jobs: int, cpus: int | None = None) -> int:
     """CPU threads for each process of an audit's checks and builds (OMP_NUM_THREADS, unless set):
     the cores shared by the ~4 busy processes of each of ``jobs`` checks and the ``compile_jobs``
-    builds, at least 1. ``cpus``: default os.cpu_count()."""
-    cpus = cpus or os.cpu_count() or 1
+    builds, at least 1. ``cpus``: default the cores this process may run on (its affinity)."""
+    cpus = cpus or len(os.sched_getaffinity(0)) or 1  # the cores this process may run on
     return max(1, cpus // (4 * jobs + compile_jobs))
 
 

@@ -104,6 +104,10 @@ def build(kernels: list[dict]) -> dict:
                 sample.append({"gate": g, "source": src, "id": k["id"], "verdict": r["verdict"], "summary": r["summary"],
                                "evidence": r["evidence"]})
     sets, alone, without = failing_gates(kernels)
+    # CLEAN counts gates kverify could not judge (ERROR, e.g. a sanitizer that did not finish) as no
+    # failure: say how many CLEAN rows rest on such a gate
+    clean_err = Counter(g for k in kernels if k["class"] == "CLEAN"
+                        for g, r in k["gates"].items() if r["verdict"] == "ERROR")
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
@@ -111,7 +115,9 @@ def build(kernels: list[dict]) -> dict:
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
             "tolerance_sweep": {"factors": list(SWEEP), "failures": sweep}, "standard_agreement": agreement,
             "breakdowns": breakdowns, "failing_sets": sets, "rejected_by_one_gate_alone": alone,
-            "classes_without_gate": without,
+            "classes_without_gate": without, "clean_with_error_gates": dict(sorted(clean_err.items())),
+            "clean_rows_with_an_error_gate": sum(any(r["verdict"] == "ERROR" for r in k["gates"].values())
+                                                 for k in kernels if k["class"] == "CLEAN"),
             "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
 
 
@@ -155,6 +161,9 @@ def markdown(rep: dict) -> str:
             L.append(f"| {c} | {r['count']} | 0 | n/a | n/a |")
             continue
         L.append(f"| {c} | {r['count']} | {r['of']} | {r['rate']:.1%} | {r['wilson95'][0]:.1%} – {r['wilson95'][1]:.1%} |")
+    if rep["clean_rows_with_an_error_gate"]:
+        L.append(f"\n{rep['clean_rows_with_an_error_gate']} CLEAN row(s) have a gate kverify could not judge (ERROR, "
+                 "not established): " + ", ".join(f"{g} {n}" for g, n in rep["clean_with_error_gates"].items()) + ".")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]
     for g, c in rep["gates"].items():

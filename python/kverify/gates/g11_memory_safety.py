@@ -11,8 +11,9 @@ candidate's own kernels only (the ``__global__`` functions and ``@triton.jit`` f
 its source, own_kernels), through compute-sanitizer's kernel-name filters: PyTorch's kernels
 (cuDNN convolutions above all) made racecheck take up to 2000 CPU seconds and time out at 300 s
 per row on the H200 audit (stop 13), while a race or barrier fault in them is not the candidate's.
-A candidate without kernels of its own: those three N/A. KVERIFY_SANITIZE_ALL=1 checks every kernel
-with every tool (the behaviour before). A tool that does not finish within SANITIZER_TIMEOUT is
+A candidate without kernels of its own: those three N/A. Where kverify cannot be sure it found
+every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) every tool checks every
+kernel. KVERIFY_SANITIZE_ALL=1 checks every kernel with every tool (the behaviour before). A tool that does not finish within SANITIZER_TIMEOUT is
 no finding: G11 is then ERROR (memory safety not established), unless something else failed.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
 Catches: out-of-bounds reads past the last tile, writes past the end of an output or input,
@@ -50,7 +51,7 @@ OWN_KERNELS_ONLY = ("racecheck", "initcheck", "synccheck")
 #: a CUDA kernel definition or declaration: __global__ [qualifiers, __launch_bounds__(...)] void NAME(
 #: (or ``void __global__ NAME(``); CUDA C++ requires __global__ functions to return void
 _LB = r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)"
-_QUAL = r'(?:static|inline|__inline__|__forceinline__|__noinline__|extern\s+"C")'
+_QUAL = r'(?:static|inline|__inline__|__forceinline__|__noinline__|extern\s+"C"|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\))'
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:(?:" + _LB + "|" + _QUAL + r")\s*)*void\s+(?:" + _LB + r"\s*)?(\w+)\s*\(")
 _CUDA_KERNEL_VOID_FIRST = re.compile(r"\bvoid\s+(?:" + _LB + r"\s*)?__global__\s+(?:" + _LB + r"\s*)?(\w+)\s*\(")
 #: a Triton kernel: @triton.jit (or @jit), other decorators, def NAME
@@ -67,6 +68,29 @@ def own_kernels(source: str) -> list[str]:
     ``@triton.jit`` functions. On the 929 rows of the audit corpus this finds every ``__global__``
     written (none missed); 4 CUDA rows (C++ that calls ATen only) and 174 PyTorch rows have none."""
     return sorted(_cuda_kernels(source) | set(_TRITON_KERNEL.findall(source)))
+
+
+#: ways to make a GPU kernel whose name the source does not spell as a definition kverify parses
+_OPAQUE = re.compile(r"(?<!@)\btriton\.jit\s*\(|\bnumba\b|\bcuda\.jit\b|ElementwiseKernel|ReductionKernel|"
+                     r"\bjiterator\b|\bnvrtc|cuModuleLoad|cpp_extension\.load\s*\(|\bload\s*\(\s*name\s*=")
+
+
+def kernel_scope(source: str) -> list[str] | None:
+    """own_kernels(source) when kverify is sure they are all the GPU kernels the candidate
+    defines, else None (then every tool checks every kernel, as before the filters): each
+    ``__global__`` token must belong to a parsed definition, no kernel name may be a macro
+    (``#define NAME``), Triton must appear only as ``@triton.jit`` definitions, and no other way of
+    making kernels (numba, CuPy ElementwiseKernel, NVRTC, jiterator, cpp_extension.load of files) may
+    appear. A filter naming a kernel that never launches would check nothing, silently."""
+    names = own_kernels(source)
+    defined = len(_CUDA_KERNEL.findall(source)) + len(_CUDA_KERNEL_VOID_FIRST.findall(source))
+    if len(re.findall(r"\b__global__\b", source)) != defined or _OPAQUE.search(source):
+        return None
+    if any(re.search(rf"#\s*define\s+{re.escape(n)}\b", source) for n in names):
+        return None
+    if "triton" in source and not _TRITON_KERNEL.findall(source):
+        return None
+    return names
 
 
 def kernel_filters(source: str) -> list[str]:
@@ -86,9 +110,10 @@ def _sanitize_all() -> bool:
     return os.environ.get("KVERIFY_SANITIZE_ALL", "") == "1"
 
 
-def _tools(kernels: list[str]) -> list[str]:
-    """The tools to run for a candidate with ``kernels`` of its own (all four with KVERIFY_SANITIZE_ALL=1)."""
-    return [t for t in TOOLS if kernels or t not in OWN_KERNELS_ONLY or _sanitize_all()]
+def _tools(kernels: list[str] | None) -> list[str]:
+    """The tools to run for a candidate with ``kernels`` of its own (kernel_scope; None: unknown),
+    all four when it has some, when they are unknown, or with KVERIFY_SANITIZE_ALL=1."""
+    return [t for t in TOOLS if kernels is None or kernels or t not in OWN_KERNELS_ONLY or _sanitize_all()]
 
 
 def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
@@ -98,7 +123,7 @@ def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
     repeated and a kernel matching any filter is checked; kns = a substring of the mangled name,
     kne = the whole mangled name)."""
     wrapper = [exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all", "--report-api-errors", "no"]
-    if tool in OWN_KERNELS_ONLY and not _sanitize_all():
+    if tool in OWN_KERNELS_ONLY and not _sanitize_all() and kernel_scope(source) is not None:
         for f in kernel_filters(source):
             wrapper += ["--kernel-name", f]
     return {"tag": f"G11-{tool}", "env": SANITIZED_ENV, "wrapper": wrapper}
@@ -111,7 +136,7 @@ def prestart(sandbox, device: str) -> None:
     exe = shutil.which("compute-sanitizer")
     if device != "cuda" or not exe:
         return
-    kernels = own_kernels(sandbox.candidate_source)
+    kernels = kernel_scope(sandbox.candidate_source)
     for tool in _tools(kernels):
         sandbox.prestart(**_sanitized_worker(tool, exe, sandbox.candidate_source))
 
@@ -128,7 +153,7 @@ def start(ctx: Context):
         return lambda: {"not_applicable": "compute-sanitizer not found on PATH"}
     b = ctx.small_binding()
     job = ctx.job_at("run", "G11/sanitized", b, ctx.specs_at(b))
-    kernels = own_kernels(ctx.sandbox.candidate_source)
+    kernels = kernel_scope(ctx.sandbox.candidate_source)
 
     def one(tool: str) -> dict:
         if tool not in _tools(kernels):
@@ -139,7 +164,7 @@ def start(ctx: Context):
         errors, first = parse_sanitizer(text)
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b}
         if tool in OWN_KERNELS_ONLY and not _sanitize_all():
-            rec["kernels"] = kernels
+            rec["kernels"] = kernels if kernels is not None else "every kernel (own kernels not known for sure)"
         if o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
         elif o.status != "ok":
