@@ -8,7 +8,9 @@
 source "$(dirname "$0")/device_common.sh"
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
-  python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" > "$OUT/controls_cuda.txt" 2>&1
+  # CONTROLS_ONLY=g11 (say): only the controls whose name contains it
+  python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" ${CONTROLS_ONLY:+--only "$CONTROLS_ONLY"} \
+    > "$OUT/controls_cuda.txt" 2>&1
   echo "controls rc=$?"; tail -6 "$OUT/controls_cuda.txt"
   for k in 1 2; do
     python3 -m kverify check controls/g09_cached_weight/reference.py controls/g09_cached_weight/twin.py \

@@ -407,3 +407,28 @@ def test_the_report_says_which_clean_rows_rest_on_a_gate_it_could_not_judge():
     assert rep["clean_rows_with_an_error_gate"] == 1 and rep["clean_with_error_gates"] == {"G11": 1}
     assert rep["rejected_by_one_gate_alone"] == {"G12": 1}
     assert rep["classes_without_gate"]["G12"] == {"BROKEN": 0, "VIOLATION": 0, "CLEAN": 3}
+
+
+def test_rows_journalled_by_a_kverify_fault_can_be_checked_again(corpus, whole, tmp_path):
+    """--redo-faults: after a fault of kverify's own (say, a bad argument to check()) the rows it
+    marked UNJUDGED are checked again; their old records are kept in the journal's `forgotten`."""
+    import shutil as sh
+
+    j = tmp_path / "faulty.sqlite"
+    sh.copy(whole, j)
+    jj = Journal(j)
+    jj.forget(["ex/correct"], "test")
+    jj.record({"id": "ex/correct"}, None, "UNJUDGED", "kverify fault: TypeError: check() got an unexpected keyword")
+    assert jj.faults() == ["ex/correct"]
+    with pytest.raises(Exception, match="ex/nowhere"):
+        jj.forget(["ex/nowhere", "ex/correct"], "test")  # nothing changes when an id is unknown
+    assert jj.faults() == ["ex/correct"]
+    jj.close()
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
+                        "--redo", "ex/nowhere"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "ex/nowhere" in r.stderr  # a usage error, journal untouched
+    audit(corpus, j, "--redo-faults")
+    assert Journal(j).rows() == Journal(whole).rows()
+    with sqlite3.connect(j) as db:
+        kept = db.execute("SELECT id, class, why FROM forgotten ORDER BY rowid").fetchall()
+    assert kept[-1] == ("ex/correct", "UNJUDGED", "kverify audit --redo-faults")

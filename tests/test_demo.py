@@ -17,3 +17,20 @@ def test_demo_runs_examples():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "caught by their intended gate: 4/4" in r.stdout
+
+
+def test_controls_can_be_selected_by_name():
+    from kverify.controls import collect, select
+    from kverify.errors import UsageError
+
+    work = collect("cuda")  # the CUDA controls are listed (not run) without a GPU
+    g11 = select(work, ["g11"])
+    assert {w[0] for w in g11} >= {"cuda/g11_missing_syncthreads_cuda/defect", "cuda/g11_missing_syncthreads_cuda/twin"}
+    assert all("g11" in w[0] for w in g11) and len(g11) < len(work)
+    assert select(work, None) == work
+    try:
+        select(work, ["no_such_control"])
+    except UsageError as e:
+        assert "no_such_control" in str(e)
+    else:
+        raise AssertionError("an --only that matches nothing must be a usage error")

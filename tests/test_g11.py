@@ -129,15 +129,17 @@ def _log(tmp_path, name: str, text: str) -> str:
     return str(p)
 
 
+def _racecheck_times_out(tmp_path, racecheck_log: str):
+    """Outcomes: racecheck timed out with ``racecheck_log`` so far, the other tools clean."""
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    slow = _log(tmp_path, "race.log", racecheck_log)
+    return lambda tool, wrapper: (Outcome("timeout", detail="no result after 300 s", log=slow) if tool == "racecheck"
+                                  else Outcome("ok", result={}, log=clean))
+
+
 def test_a_tool_that_times_out_is_not_a_finding_but_leaves_g11_unestablished(monkeypatch, tmp_path):
     clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
-    slow = _log(tmp_path, "slow.log", "========= COMPUTE-SANITIZER\n")
-
-    def outcome(tool, wrapper):
-        if tool == "racecheck":
-            return Outcome("timeout", detail="no result after 300 s", log=slow)
-        return Outcome("ok", result={}, log=clean)
-    s, used = _run_start(monkeypatch, CUDA_SRC, outcome)
+    s, used = _run_start(monkeypatch, CUDA_SRC, _racecheck_times_out(tmp_path, "========= COMPUTE-SANITIZER\n"))
     race = next(t for t in s["tools"] if t["tool"] == "racecheck")
     assert race["errors"] == 0 and "did not finish" in race["unfinished"]
     assert race["kernels"] == g11.own_kernels(CUDA_SRC)
@@ -149,14 +151,8 @@ def test_a_tool_that_times_out_is_not_a_finding_but_leaves_g11_unestablished(mon
 
 
 def test_findings_still_fail_g11_even_when_the_run_then_times_out(monkeypatch, tmp_path):
-    race = _log(tmp_path, "race.log", "========= Error: Race reported between Write access at k+0x10\n")
-    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
-
-    def outcome(tool, wrapper):
-        if tool == "racecheck":
-            return Outcome("timeout", detail="no result after 300 s", log=race)
-        return Outcome("ok", result={}, log=clean)
-    s, _ = _run_start(monkeypatch, CUDA_SRC, outcome)
+    found = "========= Error: Race reported between Write access at k+0x10\n"
+    s, _ = _run_start(monkeypatch, CUDA_SRC, _racecheck_times_out(tmp_path, found))
     r = _verdict(s)
     assert r["verdict"] == "FAIL" and "Race reported" in r["summary"], r["summary"]
 

@@ -37,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, Journal
+from kverify.journal import CLASSES, FAULT_PREFIX, Journal
 
 
 
@@ -79,7 +79,7 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     except KverifyError as e:
         report, klass, reason = None, "UNJUDGED", str(e)[:500]
     except Exception as e:  # noqa: BLE001 — kverify's own fault: record it and go on
-        report, klass, reason = None, "UNJUDGED", f"kverify fault: {type(e).__name__}: {e}"[:500]
+        report, klass, reason = None, "UNJUDGED", f"{FAULT_PREFIX}: {type(e).__name__}: {e}"[:500]
     if isinstance(row.get("candidate", row.get("custom_code")), str):
         failed = _failed_build(row.get("candidate", row.get("custom_code")))
         if failed:
@@ -119,7 +119,8 @@ def _timed_check(*args) -> tuple:
 def run_audit(corpus: str, journal: str, shard: str | None = None, device: str | None = None, seed: int = 0,
               timeout: float = 120.0, limit: int | None = None, ids: list[str] | None = None,
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
-              load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0) -> int:
+              load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
+              redo: list[str] | None = None, redo_faults: bool = False) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -132,6 +133,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         gpu_gib: base GiB of GPU memory to expect per check (check_need_mib adds INPUT_FACTOR x
             its inputs) when deciding whether a GPU has room for one more (gpu_with_room); 0: no
             memory check, only ``jobs``.
+        redo: journalled row ids to check again (their records move to the journal's
+            ``forgotten`` table first, Journal.forget); ``redo_faults``: the same for every row
+            journalled UNJUDGED by a fault of kverify's own (reason "kverify fault: ..."), e.g.
+            after fixing that fault.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -157,6 +162,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"{corpus}: no row of shard {i}/{n} has the id(s) {', '.join(ids)}")
     rows = rows[:limit] if limit else rows
     j = Journal(journal)
+    again = list(redo or []) + (j.faults() if redo_faults else [])
+    if again:
+        j.forget(sorted(set(again)), "kverify audit --redo" + ("-faults" if redo_faults else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
     counts = dict.fromkeys(CLASSES, 0)

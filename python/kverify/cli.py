@@ -78,7 +78,7 @@ def cmd_demo(a) -> int:
 def cmd_controls(a) -> int:
     from kverify.controls import run_controls
 
-    return run_controls(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs)
+    return run_controls(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs, only=a.only)
 
 
 def cmd_audit(a) -> int:
@@ -96,7 +96,8 @@ def cmd_audit(a) -> int:
     return run_audit(a.corpus, a.journal, shard=a.shard, device=device, seed=a.seed,
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
                      gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
-                     gpu_gib=a.gpu_gib if device == "cuda" else 0.0)
+                     gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
+                     redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults)
 
 
 def cmd_merge(a) -> int:
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("controls", help="run every positive control through all twelve gates")
     _add_common(k, gates=False)  # a control is judged by all twelve gates
     k.add_argument("--jobs", type=int, default=2, help="controls checked in parallel (default 2)")
+    k.add_argument("--only", action="append", default=None, metavar="SUBSTRING",
+                   help="only the controls whose name contains this (repeatable), e.g. --only g11")
     k.set_defaults(func=cmd_controls)
     au = sub.add_parser("audit", help="audit a corpus JSONL into a resumable journal")
     au.add_argument("corpus", help="corpus JSONL (corpus rows, or CUDA-L1 records with ref_code/custom_code)")
@@ -152,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="base GiB of GPU memory to expect per check, to which 12x the bytes of the problem's "
                          "inputs are added; a check starts on a busy GPU only when that much is free and not "
                          "booked by its other checks (default 8; 0: no memory check, only --jobs)")
+    au.add_argument("--redo", action="append", default=None, metavar="ID[,ID...]",
+                    help="check these journalled rows again (their old records are kept in the journal's "
+                         "'forgotten' table)")
+    au.add_argument("--redo-faults", action="store_true",
+                    help="check again every row journalled UNJUDGED by a fault of kverify's own")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")

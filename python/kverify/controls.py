@@ -18,6 +18,7 @@ from rich.console import Console
 
 from kverify.check import check, resolve_device
 from kverify.demo import FAILING, LEGEND, matrix
+from kverify.errors import UsageError
 from kverify.examples import candidates, problems
 from kverify.gates import GATES
 
@@ -48,10 +49,25 @@ def collect(device: str = "cpu") -> list[tuple[str, Path, Path, str | None]]:
     return out
 
 
-def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.0, jobs: int = 2) -> int:
+def select(work: list, only: list[str] | None) -> list:
+    """The controls of ``work`` (collect) whose name contains any of ``only`` (all when None).
+    Raises UsageError when ``only`` matches none."""
+    if not only:
+        return work
+    picked = [w for w in work if any(o in w[0] for o in only)]
+    if not picked:
+        raise UsageError(f"--only {' '.join(only)}: no control's name contains it "
+                         f"(names look like {work[0][0]!r}, 'cuda/g11_missing_syncthreads_cuda/defect')")
+    return picked
+
+
+def run_controls(device: str | None = None, seed: int = 0, timeout: float = 120.0, jobs: int = 2,
+                 only: list[str] | None = None) -> int:
+    """Check every control (or those ``only`` selects, select()) and print the controls x gates
+    matrix; 0 when every planted defect is caught by its intended gate and no twin fails a gate."""
     device = resolve_device(device)
     console = Console(width=max(120, Console().width))
-    work = collect(device)
+    work = select(collect(device), only)
     t0 = time.monotonic()
     progress = Console(stderr=True, width=console.width)
     done = [0]

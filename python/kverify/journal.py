@@ -22,7 +22,11 @@ CREATE TABLE IF NOT EXISTS kernels (
 CREATE TABLE IF NOT EXISTS gates (
   kernel_id TEXT NOT NULL REFERENCES kernels(id), gate TEXT NOT NULL, verdict TEXT NOT NULL, summary TEXT,
   bound_ratio REAL, tolerance_free INTEGER, evidence TEXT, PRIMARY KEY (kernel_id, gate));
+CREATE TABLE IF NOT EXISTS forgotten (
+  id TEXT NOT NULL, class TEXT, reason TEXT, report TEXT, why TEXT, at REAL);
 """
+#: the reason a row was journalled with when kverify itself failed on it (kverify.audit.check_row)
+FAULT_PREFIX = "kverify fault"
 
 
 class Journal:
@@ -58,6 +62,33 @@ class Journal:
                 self.db.execute("INSERT INTO gates VALUES (?,?,?,?,?,?,?)",
                                 (row["id"], g["gate"], g["verdict"], g["summary"], g.get("bound_ratio", 0.0),
                                  int(bool(g.get("tolerance_free"))), json.dumps(g.get("evidence", {}))))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def faults(self) -> list[str]:
+        """Ids of rows journalled UNJUDGED because kverify itself failed on them (not the row)."""
+        return [r[0] for r in self.db.execute("SELECT id FROM kernels WHERE class = 'UNJUDGED' AND reason LIKE ?",
+                                              (FAULT_PREFIX + "%",))]
+
+    def forget(self, ids: list[str], why: str) -> None:
+        """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
+        one transaction; their kernel records are kept in the ``forgotten`` table with ``why``. The
+        journal is otherwise append-only: this runs only when asked (``kverify audit --redo``).
+        Raises UsageError naming the ids that are not in the journal (nothing is changed then)."""
+        missing = sorted(set(ids) - self.done())
+        if missing:
+            raise UsageError(f"{self.path}: no journalled row has the id(s) {', '.join(missing)}")
+        import time
+
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for i in ids:
+                self.db.execute("INSERT INTO forgotten SELECT id, class, reason, report, ?, ? FROM kernels WHERE id = ?",
+                                (why, time.time(), i))
+                self.db.execute("DELETE FROM gates WHERE kernel_id = ?", (i,))
+                self.db.execute("DELETE FROM kernels WHERE id = ?", (i,))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
