@@ -153,6 +153,39 @@ def test_wilson_interval():
     assert wilson(0, 0) == (0.0, 0.0)
     lo, hi = wilson(0, 20)
     assert lo == 0.0 and 0.15 < hi < 0.17
+    for n in range(1, 40):  # the interval holds k/n even where rounding put a bound a hair inside
+        for k in (0, n):
+            lo, hi = wilson(k, n)
+            assert lo <= k / n <= hi
+
+
+def test_the_report_of_an_all_broken_journal_draws_its_plots(tmp_path):
+    """10 of 10 rows BROKEN (the first H200 shard): the Wilson bar must not get a negative error."""
+    from kverify.audit_report import build, plots
+
+    gate = {"verdict": "FAIL", "summary": "", "bound_ratio": 0.0, "tolerance_free": True, "evidence": {}}
+    rows = [{"id": f"r{i}", "class": "BROKEN", "standard": "PASS", "source": "s", "level": 1, "backend": "cuda",
+             "gpu": "H200", "reason": "", "gates": {"G12": gate}} for i in range(10)]
+    assert plots(build(rows), tmp_path)
+
+
+def test_a_repeated_id_and_a_redo_outside_the_run_are_usage_errors(corpus, whole, tmp_path):
+    import shutil as sh
+
+    dup = tmp_path / "dup.jsonl"
+    first = corpus.read_text().splitlines()[0]
+    dup.write_text(first + "\n" + first + "\n")
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(dup), "--journal", str(tmp_path / "d.sqlite"),
+                        "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and f"{dup}:2: field 'id'" in r.stderr and "line 1" in r.stderr, r.stderr
+    j = tmp_path / "j.sqlite"
+    sh.copy(whole, j)
+    before = Journal(j).rows()
+    # ex/correct is row 0 of the corpus: not in shard 1/2, so it would be forgotten and never checked again
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
+                        "--shard", "1/2", "--redo", "ex/correct"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "ex/correct" in r.stderr and "not among the rows" in r.stderr, r.stderr
+    assert Journal(j).rows() == before
 
 
 def test_report_from_journal(whole, tmp_path):

@@ -154,15 +154,24 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             "threads": cpu_threads(jobs, compile_jobs)}
     i, n = parse_shard(shard)
     rows = []
-    for p, (_, r) in enumerate(iter_rows(corpus)):
+    seen: dict[str, int] = {}
+    for p, (line, r) in enumerate(iter_rows(corpus)):
         r.setdefault("id", f"{corpus}:row{p}")  # CUDA-L1 records carry no id: their position is one
+        if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
+            raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
+        seen[r["id"]] = line
         if p % n == i and (ids is None or r["id"] in ids):
             rows.append(r)
     if ids is not None and not rows:
         raise UsageError(f"{corpus}: no row of shard {i}/{n} has the id(s) {', '.join(ids)}")
     rows = rows[:limit] if limit else rows
     j = Journal(journal)
-    again = list(redo or []) + (j.faults() if redo_faults else [])
+    selected = {r["id"] for r in rows}
+    outside = sorted(set(redo or []) - selected)
+    if outside:  # forgotten but never checked again: the row would just be gone from the journal
+        raise UsageError(f"--redo {', '.join(outside)}: not among the rows this run audits "
+                         f"(shard {i}/{n}{', --limit' if limit else ''}{', --id' if ids else ''})")
+    again = list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
     if again:
         j.forget(sorted(set(again)), "kverify audit --redo" + ("-faults" if redo_faults else ""))
     done = j.done()

@@ -37,7 +37,8 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     d = 1 + z * z / n
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, c - h), min(1.0, c + h)
+    # the interval always holds p; rounding can put a bound a hair on the wrong side of 0 or 1 (k = n)
+    return max(0.0, min(p, c - h)), min(1.0, max(p, c + h))
 
 
 def load(journals: list[str]) -> list[dict]:
@@ -238,8 +239,8 @@ def plots(rep: dict, out: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     names = [c for c in CLASSES if rep["classes"][c]["of"]]
     rates = [rep["classes"][c]["rate"] for c in names]
-    err = [[r - rep["classes"][c]["wilson95"][0] for c, r in zip(names, rates)],
-           [rep["classes"][c]["wilson95"][1] - r for c, r in zip(names, rates)]]
+    err = [[max(0.0, r - rep["classes"][c]["wilson95"][0]) for c, r in zip(names, rates)],
+           [max(0.0, rep["classes"][c]["wilson95"][1] - r) for c, r in zip(names, rates)]]
     ax.bar(names, rates, yerr=err, capsize=4, color=["#c0392b", "#e67e22", "#27ae60", "#7f8c8d"][: len(names)])
     ax.set_ylabel("share of kernels (Wilson 95%)")
     ax.set_ylim(0, 1)
