@@ -1,4 +1,5 @@
-"""The audit journal: an append-only SQLite database (WAL mode, synchronous=FULL).
+"""The audit journal: an append-only SQLite database (WAL mode, synchronous=FULL); records leave
+it only when asked (Journal.forget, ``kverify audit --redo``), into its ``forgotten`` table.
 
 One row per kernel (`kernels`) and one per (kernel, gate) (`gates`), written in one transaction
 when the kernel's check ends, so a kill at any moment loses at most the kernel in flight and a

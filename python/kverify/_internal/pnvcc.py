@@ -14,8 +14,8 @@ module id and .cudafe1.cpp; cicc .cudafe1.c, .cudafe1.stub.c, .cudafe1.gpu and t
 
 So the object is what nvcc builds: same tools, same arguments, same inputs. nvcc's own objects
 differ from run to run only in the temporary file names it embeds (``tmpxft_<pid>...``), and so
-do these (tests/test_pnvcc.py compares objects with those names normalised, and device code
-byte for byte). Anything this does not recognise -- not one ``-c`` of one source, no cudafe++ or
+do these (tests/test_pnvcc.py and bench/pnvcc_local.py compare whole objects, bytes, with those
+names normalised). Anything this does not recognise -- not one ``-c`` of one source, no cudafe++ or
 cicc, a tool that fails -- runs the real nvcc with the original arguments, so diagnostics and exit
 status are nvcc's own.
 
