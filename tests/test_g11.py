@@ -84,21 +84,20 @@ def test_kernel_filters_match_each_own_kernel_by_its_mangled_or_plain_name():
     assert g11.kernel_filters(TRITON_SRC) == ["kns=add_kernel", "kns=other"]
 
 
-def test_only_racecheck_initcheck_synccheck_are_filtered_to_own_kernels(monkeypatch):
+def test_only_racecheck_and_synccheck_are_filtered_to_own_kernels(monkeypatch):
     monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
-    mem = g11._sanitized_worker("memcheck", "cs", CUDA_SRC)["wrapper"]
-    assert "--kernel-name" not in mem  # memcheck checks every kernel of the call
-    for tool in ("racecheck", "initcheck", "synccheck"):
+    assert "--kernel-name" not in g11._sanitized_worker("memcheck", "cs", CUDA_SRC)["wrapper"]  # every kernel
+    for tool in ("racecheck", "synccheck"):
         w = g11._sanitized_worker(tool, "cs", CUDA_SRC)["wrapper"]
         assert w[:3] == ["cs", "--tool", tool]
         given = [w[i + 1] for i, x in enumerate(w) if x == "--kernel-name"]
         assert given == g11.kernel_filters(CUDA_SRC)  # one option per filter: a kernel matching any is checked
     ks = g11.own_kernels(CUDA_SRC)
-    assert g11._tools(ks) == list(g11.TOOLS)
+    assert g11._tools(ks) == ["memcheck", "racecheck", "synccheck"]  # no initcheck (module docstring)
     assert g11._tools([]) == ["memcheck"]
     monkeypatch.setenv("KVERIFY_SANITIZE_ALL", "1")
     assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", CUDA_SRC)["wrapper"]
-    assert g11._tools([]) == list(g11.TOOLS)
+    assert g11._tools([]) == list(g11.ALL_TOOLS) and "initcheck" in g11.ALL_TOOLS
 
 
 def _run_start(monkeypatch, source: str, outcome_of):
@@ -162,7 +161,7 @@ def test_a_candidate_without_kernels_of_its_own_runs_memcheck_only(monkeypatch, 
     s, used = _run_start(monkeypatch, TORCH_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
     assert list(used) == ["memcheck"] and "--kernel-name" not in used["memcheck"]
     skipped = [t["tool"] for t in s["tools"] if "not_applicable" in t]
-    assert skipped == ["racecheck", "initcheck", "synccheck"]
+    assert skipped == ["racecheck", "synccheck"]
     r = _verdict(s)
     assert r["verdict"] == "PASS" and "N/A (no kernel of its own)" in r["summary"], r["summary"]
     # a memcheck finding in PyTorch's kernels, caused by the candidate's call, still fails
@@ -190,3 +189,33 @@ def test_every_cuda_control_has_kernels_of_its_own():
         assert g11.own_kernels(f.read_text()), f
     race = (root / "g11_missing_syncthreads_cuda" / "defect.py").read_text()
     assert "kns=1k" in g11.kernel_filters(race)  # its kernel is `k`: matched as the name, not any "k"
+
+
+def test_the_exit_status_of_a_finished_worker_is_not_a_finding(monkeypatch, tmp_path):
+    """compute-sanitizer reports a followed process that ended with a non-zero status as an error
+    (racecheck did so on the H200, stop 14, for a worker that had finished its job): with the
+    worker's job done that is no finding; with the job not done the run's status fails G11."""
+    text = ("========= Error: process didn't terminate successfully\n"
+            "=========     The application may have hit an error when dereferencing Unified Memory from the host.\n"
+            "========= ERROR SUMMARY: 1 error\n")
+    assert g11.parse_sanitizer(text) == (0, "")
+    race = "========= Error: Race reported between Write access at k+0x10\n" + text.replace("1 error", "2 errors")
+    assert g11.parse_sanitizer(race) == (1, "========= Error: Race reported between Write access at k+0x10")
+    log = _log(tmp_path, "exit.log", text)
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("ok", result={}, log=log))
+    assert all(t["errors"] == 0 and "terminate" in t["process_exit"] for t in s["tools"])
+    assert _verdict(s)["verdict"] == "PASS"
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("crash", detail="exit code 1", log=log))
+    r = _verdict(s)
+    assert r["verdict"] == "FAIL" and "crash: exit code 1" in r["summary"], r["summary"]
+
+
+def test_a_sanitizer_run_cut_by_the_checks_budget_is_unfinished_unless_it_found_something(monkeypatch, tmp_path):
+    cut = _log(tmp_path, "cut.log", "========= COMPUTE-SANITIZER\n")
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("budget", detail="budget", log=cut))
+    assert all("time budget" in t["unfinished"] and t["errors"] == 0 for t in s["tools"])
+    assert _verdict(s)["verdict"] == "ERROR"
+    found = _log(tmp_path, "found.log", "========= Invalid __global__ read of size 4 bytes\n")
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("budget", detail="budget", log=found))
+    r = _verdict(s)
+    assert r["verdict"] == "FAIL" and "Invalid __global__ read" in r["summary"], r["summary"]

@@ -1,4 +1,4 @@
-// G11 memory-safety: compute-sanitizer (memcheck, racecheck, initcheck, synccheck) clean at small
+// G11 memory-safety: compute-sanitizer (memcheck, racecheck, synccheck; initcheck only when asked) clean at small
 // shapes; inputs inside guard bands of sentinels: bands unchanged, output independent of them.
 #include "kverify/gates/rules.hpp"
 

@@ -3,22 +3,28 @@
 Contract: (1) every tensor input placed inside a buffer with guard bands of sentinel values before
 and after it: the call leaves the bands intact (no out-of-bounds write) and gives the same bits
 when the bands hold other values (no out-of-bounds read reaches the output); CPU and GPU.
-(2) On a GPU with compute-sanitizer: memcheck, racecheck, initcheck and synccheck, each in its own
-child process with its own timeout (the four at once, and beside the check's main worker; failed
-CUDA API calls not counted), report no error for the candidate's call at a small shape.
-memcheck checks every kernel the call launches; racecheck, initcheck and synccheck check the
-candidate's own kernels only (the ``__global__`` functions and ``@triton.jit`` functions named in
-its source, own_kernels), through compute-sanitizer's kernel-name filters: PyTorch's kernels
-(cuDNN convolutions above all) made racecheck take up to 2000 CPU seconds and time out at 300 s
-per row on the H200 audit (stop 13), while a race or barrier fault in them is not the candidate's.
-A candidate without kernels of its own: those three N/A. Where kverify cannot be sure it found
-every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) every tool checks every
-kernel. KVERIFY_SANITIZE_ALL=1 checks every kernel with every tool (the behaviour before). A tool that does not finish within SANITIZER_TIMEOUT is
-no finding: G11 is then ERROR (memory safety not established), unless something else failed.
+(2) On a GPU with compute-sanitizer: memcheck, racecheck and synccheck, each in its own child
+process with its own timeout (at once, and beside the check's main worker; failed CUDA API calls
+and the exit status of a process that finished its job not counted), report no error for the
+candidate's call at a small shape. memcheck checks every kernel the call launches; racecheck and
+synccheck check the candidate's own kernels only (the ``__global__`` functions and ``@triton.jit``
+functions named in its source, own_kernels), through compute-sanitizer's kernel-name filters:
+PyTorch's kernels (cuDNN convolutions above all) made racecheck take up to 2000 CPU seconds and
+time out at 300 s per row on the H200 audit (stop 13), while a race or barrier fault in them is not
+the candidate's. A candidate without kernels of its own: those two N/A. Where kverify cannot be
+sure it found every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) every tool
+checks every kernel. A tool that does not finish within SANITIZER_TIMEOUT is no finding: G11 is then
+ERROR (memory safety not established), unless something else failed.
+initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on every kernel, a bare
+``nn.Conv2d`` call under it printed error reports (host backtrace in Conv2d.forward) and had not
+finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads; filtered to the candidate's
+kernels it does not see the writes of the kernels it skips, so a correct candidate reading what
+PyTorch wrote fails (both CUDA twins of controls/cuda/g11_* did). Reads of never-written memory
+that reach the output are G08's (fresh-output: sentinel-filled memory). KVERIFY_SANITIZE_ALL=1
+runs all four tools on every kernel (the behaviour before stop 13), initcheck included.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
 Catches: out-of-bounds reads past the last tile, writes past the end of an output or input,
-missing __syncthreads (racecheck), reads of never-written global memory (initcheck; it does not track
-shared memory: a shared-memory read before any write has no sanitizer and is left to G04 and G02).
+missing __syncthreads (racecheck), misuse of barriers (synccheck).
 Controls: controls/g11_*.
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,8 +41,11 @@ from kverify.gates.base import Context
 
 GATE, NAME, TOLERANCE_FREE = "G11", "memory-safety", True
 BAND = 4096  # elements on each side of every input
-TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-SANITIZER_TIMEOUT = 300.0  # seconds per tool run (the worker is slow under a sanitizer)
+#: the tools G11 runs; initcheck only with KVERIFY_SANITIZE_ALL=1 (ALL_TOOLS): see the docstring
+TOOLS = ("memcheck", "racecheck", "synccheck")
+ALL_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+#: seconds per tool run (the worker is slow under a sanitizer); KVERIFY_SANITIZER_TIMEOUT overrides
+SANITIZER_TIMEOUT = float(os.environ.get("KVERIFY_SANITIZER_TIMEOUT", "300"))
 
 
 def applies(ctx: Context) -> str | None:
@@ -47,7 +57,7 @@ def plan(ctx: Context) -> list[dict]:
 
 
 #: tools that check only the candidate's own kernels (memcheck checks every kernel)
-OWN_KERNELS_ONLY = ("racecheck", "initcheck", "synccheck")
+OWN_KERNELS_ONLY = ("racecheck", "synccheck")
 #: a CUDA kernel definition or declaration: __global__ [qualifiers, __launch_bounds__(...)] void NAME(
 #: (or ``void __global__ NAME(``); CUDA C++ requires __global__ functions to return void
 _LB = r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)"
@@ -110,10 +120,16 @@ def _sanitize_all() -> bool:
     return os.environ.get("KVERIFY_SANITIZE_ALL", "") == "1"
 
 
+def _tool_set() -> tuple[str, ...]:
+    """TOOLS, or ALL_TOOLS (initcheck too) with KVERIFY_SANITIZE_ALL=1."""
+    return ALL_TOOLS if _sanitize_all() else TOOLS
+
+
 def _tools(kernels: list[str] | None) -> list[str]:
-    """The tools to run for a candidate with ``kernels`` of its own (kernel_scope; None: unknown),
-    all four when it has some, when they are unknown, or with KVERIFY_SANITIZE_ALL=1."""
-    return [t for t in TOOLS if kernels is None or kernels or t not in OWN_KERNELS_ONLY or _sanitize_all()]
+    """The tools to run for a candidate with ``kernels`` of its own (kernel_scope; None: unknown):
+    every tool of _tool_set() when it has some, when they are unknown, or with
+    KVERIFY_SANITIZE_ALL=1; else those not in OWN_KERNELS_ONLY."""
+    return [t for t in _tool_set() if kernels is None or kernels or t not in OWN_KERNELS_ONLY or _sanitize_all()]
 
 
 def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
@@ -158,27 +174,35 @@ def start(ctx: Context):
     def one(tool: str) -> dict:
         if tool not in _tools(kernels):
             return {"tool": tool, "not_applicable": "no GPU kernel of the candidate's own (only PyTorch's)"}
+        t = time.monotonic()
         o = ctx.sandbox.run([job], timeout=SANITIZER_TIMEOUT,
                             **_sanitized_worker(tool, exe, ctx.sandbox.candidate_source))[0]
+        seconds = round(time.monotonic() - t, 1)
         text = Path(o.log).read_text(errors="replace") if o.log else ""
         errors, first = parse_sanitizer(text)
-        rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b}
+        exits = [ln.strip() for ln in text.splitlines() if _EXIT in ln]
+        rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b, "seconds": seconds}
         if tool in OWN_KERNELS_ONLY and not _sanitize_all():
             rec["kernels"] = kernels if kernels is not None else "every kernel (own kernels not known for sure)"
         if o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
+        elif o.status == "budget" and not errors:  # the check's budget (Sandbox.budget) came first
+            rec.update(unfinished="cut short by the check's time budget")
         elif o.status != "ok":
             rec.update(errors=max(errors, 1), first=first[:200] or f"{o.status}: {o.detail[:160]}")
         elif not re.search(r"(ERROR|RACECHECK) SUMMARY", text):
             rec.update(errors=max(errors, 1), first="compute-sanitizer printed no summary: " + text[-160:])
         elif errors and not first:  # counted but no finding line: show the log's end
             rec.update(first="(no finding line) " + text.strip()[-160:])
+        if exits and o.status == "ok":  # the worker finished its job and said so: not a kernel's fault
+            rec["process_exit"] = exits[0][:200]
         return rec
 
     def run() -> dict:
         # the four tools are independent child processes: run them at once (each has its own folder)
-        with ThreadPoolExecutor(len(TOOLS)) as pool:
-            return {"tools": list(pool.map(one, TOOLS))}
+        tools = _tool_set()
+        with ThreadPoolExecutor(len(tools)) as pool:
+            return {"tools": list(pool.map(one, tools))}
     return run
 
 
@@ -189,13 +213,22 @@ SANITIZED_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 _FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|Warning: Race)")
 
 
+#: compute-sanitizer's error for a target process (any process it follows) that ended with a
+#: non-zero status: a finding of the process, not of a kernel. Not counted by parse_sanitizer; a
+#: worker that did not finish its job is a failure of the run itself (start's status check)
+_EXIT = "process didn't terminate successfully"
+
+
 def parse_sanitizer(text: str) -> tuple[int, str]:
     """(errors, first finding) from compute-sanitizer output: the largest of "ERROR SUMMARY: N
     errors", racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (E) and the
-    number of finding lines; the first finding line."""
-    counts = [int(m) for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
-    counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]
-    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln)]
+    number of finding lines; the first finding line. Process-exit errors (_EXIT) are taken out of
+    both: on the H200 (stop 14) racecheck reported one for a row whose worker had finished its job
+    and whose other three tools were clean."""
+    exits = sum(_EXIT in ln for ln in text.splitlines())
+    counts = [int(m) - exits for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
+    counts += [int(m) - exits for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]
+    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln) and _EXIT not in ln]
     return max([0, len(findings), *counts]), (findings[0] if findings else "")
 
 
