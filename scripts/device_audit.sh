@@ -4,6 +4,8 @@
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
 # Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
+# ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
+# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo).
 # The audit log (progress, per-row failures) and a tail of it come back.
 source "$(dirname "$0")/device_common.sh"
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
@@ -12,7 +14,7 @@ if [ "${CONTROLS:-0}" = 1 ]; then
   python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" ${CONTROLS_ONLY:+--only "$CONTROLS_ONLY"} \
     > "$OUT/controls_cuda.txt" 2>&1
   echo "controls rc=$?"; tail -6 "$OUT/controls_cuda.txt"
-  for k in 1 2; do
+  [ -z "${CONTROLS_ONLY:-}" ] && for k in 1 2; do
     python3 -m kverify check controls/g09_cached_weight/reference.py controls/g09_cached_weight/twin.py \
       --device cuda --gates G05 --json "$OUT/g05_twin_$k.json" > /dev/null 2>&1
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gates'][0]; print('G05 twin', g['verdict'], g['summary'][:300])" "$OUT/g05_twin_$k.json"
@@ -24,7 +26,7 @@ left=$(( ${AUDIT_S:-300} ))
 scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # where the CPU goes
 sampler=$!
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" > "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 kill "$sampler" 2>/dev/null
 python3 - "$J" <<'PY'

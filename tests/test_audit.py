@@ -337,7 +337,8 @@ def test_a_checks_memory_need_grows_with_its_inputs():
 
 
 def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
-    for extra, words in ((["--limit", "0"], "--limit"), (["--id", "ex/nope"], "no row")):
+    for extra, words in ((["--limit", "0"], "--limit"), (["--id", "ex/nope"], "no row"),
+                         (["--row-budget", "0"], "--row-budget")):
         r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                             *extra], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -465,3 +466,40 @@ def test_rows_journalled_by_a_kverify_fault_can_be_checked_again(corpus, whole, 
     with sqlite3.connect(j) as db:
         kept = db.execute("SELECT id, class, why FROM forgotten ORDER BY rowid").fetchall()
     assert kept[-1] == ("ex/correct", "UNJUDGED", "kverify audit --redo-faults")
+
+
+def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(corpus, tmp_path):
+    """Every run's options are recorded (runs table); resuming with another seed or other gates
+    is a usage error naming the journal and field, with nothing recorded; an SQLite file of
+    another program is refused untouched; merge refuses journals of different runs and carries
+    the runs and forgotten records over."""
+    from kverify.audit import run_audit
+    from kverify.errors import UsageError
+
+    j = tmp_path / "j.sqlite"
+    assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1) >= 0
+    for kw, field in (({"gates": ["G01", "G03"]}, "gates"), ({"gates": ["G01"], "seed": 1}, "seed")):
+        with pytest.raises(UsageError, match=f"field '{field}'"):
+            run_audit(str(corpus), str(j), device="cpu", limit=2, **kw)
+    with sqlite3.connect(j) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+        assert db.execute("SELECT COUNT(*) FROM kernels").fetchone()[0] == 1  # nothing checked by refused runs
+    run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1, redo=["ex/correct"])  # same: resumes
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (x TEXT)")
+    with pytest.raises(UsageError, match="not a kverify journal"):
+        Journal(other)
+    with sqlite3.connect(other) as db:
+        assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
+    k = tmp_path / "k.sqlite"
+    run_audit(str(corpus), str(k), device="cpu", gates=["G03"], limit=1)
+    with pytest.raises(UsageError, match="field 'gates'"):
+        merge(tmp_path / "m.sqlite", [j, k])
+    assert merge(tmp_path / "m2.sqlite", [j]) == 1
+    with sqlite3.connect(tmp_path / "m2.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+        assert db.execute("SELECT COUNT(*) FROM forgotten").fetchone()[0] == 1
+    assert merge(tmp_path / "m2.sqlite", [j]) == 1  # again: no record twice
+    with sqlite3.connect(tmp_path / "m2.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2

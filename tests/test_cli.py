@@ -136,3 +136,28 @@ def test_corpus_field_errors(tmp_path):
     f.write_bytes(b"\xff\xfe{}\n")
     r = run("check", "--corpus", f, "--id", "h")
     assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_check_budget_cut_is_error_not_a_finding(tmp_path):
+    """check(budget=S) (kverify audit --row-budget): calls still running when S seconds have
+    passed are cut short; their gates and the standard test are ERROR (not established), not
+    TIMEOUT, whose per-job timeout (60 s here) judges the candidate."""
+    from kverify.check import check
+    from kverify.errors import UsageError
+
+    body = ("class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        import time; time.sleep(4)\n"
+            "        return torch.relu(x)\n")
+    ref = (RELU / "reference.py").read_text()
+    c = cand(tmp_path, body)
+    t = __import__("time").monotonic()
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G04"], timeout=60.0,
+                budget=3.0)
+    assert __import__("time").monotonic() - t < 40  # G04 alone would call it many times (4 s each)
+    by = {g["gate"]: g for g in rep["gates"]}
+    for g in ("G01", "G04"):
+        assert by[g]["verdict"] == "ERROR" and "time budget (3 s)" in by[g]["summary"], by[g]
+    assert rep["standard"]["verdict"] == "ERROR" and "time budget" in rep["standard"]["summary"]
+    with pytest.raises(UsageError):
+        check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01"], budget=0.0)

@@ -34,3 +34,14 @@ def test_controls_can_be_selected_by_name():
         assert "no_such_control" in str(e)
     else:
         raise AssertionError("an --only that matches nothing must be a usage error")
+
+
+def test_an_empty_only_and_jobs_below_one_are_usage_errors():
+    import subprocess
+    import sys
+
+    for args, words in ((["controls", "--only", ""], "--only"), (["controls", "--jobs", "0"], "--jobs"),
+                        (["demo", "--jobs", "-1"], "--jobs")):
+        r = subprocess.run([sys.executable, "-m", "kverify", *args, "--device", "cpu"], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

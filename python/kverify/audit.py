@@ -111,6 +111,16 @@ def cpu_threads(jobs: int, compile_jobs: int, cpus: int | None = None) -> int:
     return max(1, cpus // (4 * jobs + compile_jobs))
 
 
+def _version() -> str:
+    """kverify's version (package metadata; "unknown" when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kverify")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _timed_check(*args) -> tuple:
     t = time.monotonic()
     return (*check_row(*args), time.monotonic() - t)
@@ -120,7 +130,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               timeout: float = 120.0, limit: int | None = None, ids: list[str] | None = None,
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
-              redo: list[str] | None = None, redo_faults: bool = False) -> int:
+              redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -137,6 +147,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             ``forgotten`` table first, Journal.forget); ``redo_faults``: the same for every row
             journalled UNJUDGED by a fault of kverify's own (reason "kverify fault: ..."), e.g.
             after fixing that fault.
+        row_budget: seconds for each row's candidate calls (kverify.check.check's budget; None: no
+            limit): gates it cuts short are ERROR and the row is journalled, so a run of bounded
+            length always moves on; ``--redo`` such rows in a longer run to judge them fully.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -150,8 +163,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--jobs must be >= 1 and --compile-jobs >= 0, got {jobs} and {compile_jobs}")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
+    if row_budget is not None and not row_budget > 0:
+        raise UsageError(f"--row-budget must be positive, got {row_budget}")
     opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
-            "threads": cpu_threads(jobs, compile_jobs)}
+            "budget": row_budget, "threads": cpu_threads(jobs, compile_jobs)}
     i, n = parse_shard(shard)
     rows = []
     seen: dict[str, int] = {}
@@ -171,6 +186,12 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     if outside:  # forgotten but never checked again: the row would just be gone from the journal
         raise UsageError(f"--redo {', '.join(outside)}: not among the rows this run audits "
                          f"(shard {i}/{n}{', --limit' if limit else ''}{', --id' if ids else ''})")
+    from kverify.check import resolve_device
+    from kverify.gates import GATES
+
+    j.begin_run({"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
+                 "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
+                 "compile_jobs": compile_jobs, "kverify": _version()})
     again = list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
     if again:
         j.forget(sorted(set(again)), "kverify audit --redo" + ("-faults" if redo_faults else ""))

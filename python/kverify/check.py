@@ -59,9 +59,14 @@ def resolve_gates(spec: str | None) -> list[str]:
 
 def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) -> None:
     """Judge gate ``g`` from its jobs' outcomes into results[g]: CRASH / TIMEOUT / ERROR /
-    UNSUPPORTED from the outcomes, else the gate's own rule; a kverify fault is ERROR."""
+    UNSUPPORTED from the outcomes, else the gate's own rule; a kverify fault is ERROR, and so is a
+    job the check's budget cut short (a gate with judge_outcomes judges those itself)."""
     mod = GATES[g]
     mine = {j["id"]: outcomes[j["id"]] for j in plan}
+    budget = next((o for o in mine.values() if o.status == "budget"), None)
+    if budget is not None and not getattr(mod, "judge_outcomes", None):
+        results[g] = _result(mod, "ERROR", "not established: " + budget.detail, {"detail": budget.detail})
+        return
     if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
         try:
             results[g] = mod.judge_outcomes(ctx, mine)
@@ -92,8 +97,11 @@ def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) ->
 
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
           device: str | None = None, gates: list[str] | None = None, seed: int = 0, timeout: float = 120.0,
-          tolerance: float = 1e-2, standard: bool = True, workdir=None, load_timeout: float = 900.0) -> dict:
+          tolerance: float = 1e-2, standard: bool = True, workdir=None, load_timeout: float = 900.0,
+          budget: float | None = None) -> dict:
     """Run the gates and the standard test; returns the CheckReport as a dict (core JSON form).
+    ``budget``: seconds for all of the candidate's calls (Sandbox.budget; None: no limit); a gate
+    whose calls it cut short is ERROR (not established), never a finding against the candidate.
 
     Raises:
         LoadError: the reference or the candidate cannot be loaded (names the file and reason).
@@ -106,6 +114,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         raise UsageError(f"tolerance must be a positive number, got {tolerance!r}")
     if not timeout > 0:
         raise UsageError(f"timeout must be positive, got {timeout!r}")
+    if budget is not None and not budget > 0:
+        raise UsageError(f"budget must be positive, got {budget!r}")
     try:  # the workers apply it; so does this process when it has no CUDA context yet
         if cuda_schedule.validate() and device == "cuda" and not torch.cuda.is_initialized():
             cuda_schedule.apply()
@@ -113,7 +123,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         raise UsageError(str(e)) from None
     kw = dict(reference_source=reference_source, reference_path=reference_path,
               candidate_source=candidate_source, candidate_path=candidate_path,
-              device=device, seed=seed, timeout=timeout, tolerance=tolerance, load_timeout=load_timeout)
+              device=device, seed=seed, timeout=timeout, tolerance=tolerance, load_timeout=load_timeout,
+              budget=budget)
     if workdir is not None:
         kw["workdir"] = workdir
     sandbox = Sandbox(**kw)
@@ -197,6 +208,8 @@ def _standard(sandbox: Sandbox, tolerance: float) -> dict:
         std.update(verdict=o.result["verdict"], summary=o.result["summary"])
     elif o.status == "ok":
         std.update(verdict="ERROR", summary=o.result["error"].strip().splitlines()[-1])
+    elif o.status == "budget":
+        std.update(verdict="ERROR", summary="not run to the end: " + o.detail)
     else:
         std.update(verdict="CRASH" if o.status == "crash" else "TIMEOUT", summary=o.detail[:300])
     std["seconds"] = round(time.monotonic() - t, 3)

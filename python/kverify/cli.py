@@ -97,7 +97,8 @@ def cmd_audit(a) -> int:
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
                      gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
-                     redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults)
+                     redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
+                     row_budget=a.row_budget)
 
 
 def cmd_merge(a) -> int:
@@ -158,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--redo", action="append", default=None, metavar="ID[,ID...]",
                     help="check these journalled rows again (their old records are kept in the journal's "
                          "'forgotten' table)")
+    au.add_argument("--row-budget", type=float, default=None, metavar="S",
+                    help="seconds for each row's candidate calls; gates it cuts short are ERROR (not "
+                         "established) and the row is journalled, so short runs always move on (default: no limit)")
     au.add_argument("--redo-faults", action="store_true",
                     help="check again every row journalled UNJUDGED by a fault of kverify's own")
     _add_common(au)
@@ -177,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         a = ap.parse_args(argv)
         if a.timeout <= 0 or a.load_timeout <= 0:
             raise UsageError("--timeout and --load-timeout must be positive")
+        if getattr(a, "jobs", 1) < 1:
+            raise UsageError(f"--jobs must be >= 1, got {a.jobs}")
+        if any(not o for o in getattr(a, "only", None) or []):
+            raise UsageError("--only: an empty name would select every control; leave --only out for that")
         return a.func(a)
     except LoadError as e:
         Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False, soft_wrap=True)

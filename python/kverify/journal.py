@@ -25,7 +25,11 @@ CREATE TABLE IF NOT EXISTS gates (
   bound_ratio REAL, tolerance_free INTEGER, evidence TEXT, PRIMARY KEY (kernel_id, gate));
 CREATE TABLE IF NOT EXISTS forgotten (
   id TEXT NOT NULL, class TEXT, reason TEXT, report TEXT, why TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS runs (at REAL NOT NULL, options TEXT NOT NULL);
 """
+#: the run options every run of one journal must share (Journal.begin_run): rows judged on another
+#: device, from another seed or by other gates would not be comparable
+FIXED_OPTIONS = ("device", "seed", "gates")
 #: the reason a row was journalled with when kverify itself failed on it (kverify.audit.check_row)
 FAULT_PREFIX = "kverify fault"
 
@@ -38,11 +42,32 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None)
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "kernels" not in tables:  # another program's database: leave it untouched
+                self.db.close()
+                raise UsageError(f"{self.path}: not a kverify journal (an SQLite database with the table(s) "
+                                 f"{', '.join(sorted(tables))} and no 'kernels')")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as e:
             raise UsageError(f"{self.path}: not a kverify journal ({e})") from None
+
+    def begin_run(self, options: dict) -> None:
+        """Record the options of an audit run (JSON-able dict) in the ``runs`` table. Raises
+        UsageError, naming the journal and the option, when one of FIXED_OPTIONS differs from the
+        journal's first recorded run (resume with the same ones, or use another journal); the
+        others (timeouts, budget, shard, jobs) may change from run to run and are kept as given."""
+        import time
+
+        first = self.db.execute("SELECT options FROM runs ORDER BY at LIMIT 1").fetchone()
+        if first is not None:
+            was = json.loads(first[0])
+            for k in FIXED_OPTIONS:
+                if k in was and was[k] != options.get(k):
+                    raise UsageError(f"{self.path}: field '{k}': this journal was begun with {k} = {was[k]!r}, "
+                                     f"this run has {options.get(k)!r}; resume with the same {k} or use a new journal")
+        self.db.execute("INSERT INTO runs VALUES (?, ?)", (time.time(), json.dumps(options, sort_keys=True)))
 
     def done(self) -> set[str]:
         """Ids of kernels already recorded."""
@@ -133,10 +158,25 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
     return n
 
 
+def _fixed(j: "Journal") -> dict | None:
+    """FIXED_OPTIONS of the journal's first recorded run (None: no run recorded)."""
+    first = j.db.execute("SELECT options FROM runs ORDER BY at LIMIT 1").fetchone()
+    return None if first is None else {k: v for k, v in json.loads(first[0]).items() if k in FIXED_OPTIONS}
+
+
 def _copy_into(dst: "Journal", out, inputs) -> None:
     seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None
     for src_path in inputs:
         src = Journal(src_path)
+        mine = _fixed(src)
+        if mine is not None and fixed is not None and mine != fixed[1]:
+            field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+            src.close()
+            raise UsageError(f"{src_path}: field '{field}': its runs had {field} = {mine.get(field)!r}, "
+                             f"{fixed[0]}'s had {fixed[1].get(field)!r}; journals of different runs do not merge")
+        if mine is not None and fixed is None:
+            fixed = (str(src_path), mine)
         for r in src.rows():
             if r[0] in seen:
                 if seen[r[0]][1] != r:
@@ -149,4 +189,13 @@ def _copy_into(dst: "Journal", out, inputs) -> None:
             dst.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", k)
             dst.db.executemany("INSERT INTO gates VALUES (?,?,?,?,?,?,?)", g)
             dst.db.execute("COMMIT")
+        # the side tables: what --redo took out, and the runs' options (each record once)
+        dst.db.execute("BEGIN IMMEDIATE")
+        for rec in src.db.execute("SELECT * FROM forgotten"):
+            if dst.db.execute("SELECT 1 FROM forgotten WHERE id = ? AND at IS ?", (rec[0], rec[5])).fetchone() is None:
+                dst.db.execute("INSERT INTO forgotten VALUES (?,?,?,?,?,?)", rec)
+        for rec in src.db.execute("SELECT * FROM runs"):
+            if dst.db.execute("SELECT 1 FROM runs WHERE at = ? AND options = ?", rec).fetchone() is None:
+                dst.db.execute("INSERT INTO runs VALUES (?,?)", rec)
+        dst.db.execute("COMMIT")
         src.close()

@@ -34,7 +34,8 @@ CPU_MALLOC_ENV = {"MALLOC_PERTURB_": str(0x5A), "GLIBC_TUNABLES": "glibc.malloc.
 @dataclass
 class Outcome:
     """What became of one job: status "ok" (result holds the worker's dict), "crash" or
-    "timeout" (detail says how: exit code or signal, and the tail of the candidate's output)."""
+    "timeout" (detail says how: exit code or signal, and the tail of the candidate's output), or
+    "budget" (the check's deadline came first: not run or not finished, no finding either way)."""
 
     status: str
     result: dict | None = None
@@ -54,6 +55,10 @@ class Sandbox:
         seed: base seed (weights and inputs derive from it).
         timeout: seconds allowed per job (the candidate's calls in it).
         load_timeout: seconds allowed to import/compile the candidate.
+        budget: seconds, from the sandbox's creation, within which every job must be done (None: no
+            limit). A job the budget cuts short, and every job after it in the same run(), is
+            "budget", not "timeout": the per-job timeout judges the candidate, the budget only
+            bounds the check (kverify audit --row-budget).
     """
 
     reference_source: str
@@ -65,9 +70,11 @@ class Sandbox:
     timeout: float = 120.0
     load_timeout: float = 900.0
     tolerance: float = 1e-2
+    budget: float | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kverify-")))
 
     def __post_init__(self):
+        self.deadline = None if self.budget is None else time.monotonic() + self.budget
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "reference.py").write_text(self.reference_source)
         (self.workdir / "candidate.py").write_text(self.candidate_source)
@@ -140,6 +147,9 @@ class Sandbox:
         outcomes: list[Outcome | None] = [None] * len(jobs)
         start = 0
         while start < len(jobs):
+            if self._budget_left() <= 0:  # e.g. after a crash: no new worker past the deadline
+                start = self._out_of_budget(outcomes, start, len(jobs))
+                break
             with self._lock:  # the prestarted worker, if it was started as this run would start one
                 pre = self._prestarted.pop(tag, None)
             worker = None
@@ -150,6 +160,17 @@ class Sandbox:
             start = self._launch(jobs, start, jobdir, outcomes, wrapper or [], timeout or self.timeout, env or {},
                                  worker)
         return outcomes  # type: ignore[return-value]
+
+    def _budget_left(self) -> float:
+        """Seconds to the deadline (inf without one)."""
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def _out_of_budget(self, outcomes, start: int, end: int) -> int:
+        """Mark jobs start..end-1 "budget"; returns end."""
+        for k in range(start, end):
+            outcomes[k] = Outcome("budget", detail=f"the check's time budget ({self.budget:g} s) was spent "
+                                                   f"before this call finished")
+        return end
 
     def _discard(self, worker: tuple) -> None:
         """Kill a prestarted worker that will not be used and close its status pipe."""
@@ -205,7 +226,11 @@ class Sandbox:
                 self._raise_load_error(jobdir, proc, line, log_path)
             t_job = time.monotonic()
             for k in range(start, len(jobs)):
-                line = reader.next(timeout)
+                wait = min(timeout, max(self._budget_left(), 0.0))
+                line = reader.next(wait)
+                if line is None and wait < timeout:  # the deadline, not the job's timeout
+                    self._kill(proc)
+                    return self._out_of_budget(outcomes, k, len(jobs))
                 if line == f"done {k}":
                     outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False),
                                           log=str(log_path), seconds=round(time.monotonic() - t_job, 3))

@@ -88,6 +88,8 @@ def _elements(ctx: Context, b: dict) -> int:
 
 def _verdict(ctx: Context, b: dict, outcome) -> dict:
     rec = {"binding": b, "elements": _elements(ctx, b)}
+    if outcome.status == "budget":  # not run to the end: no finding (judge_outcomes: ERROR unless a FAIL)
+        return {**rec, "verdict": "SKIPPED", "reason": outcome.detail[:160], "budget": True}
     if outcome.status != "ok":
         return {**rec, "verdict": "FAIL", "reason": f"{outcome.status}: {outcome.detail[:160]}", "bound_ratio": 1e300}
     r = outcome.result
@@ -142,4 +144,9 @@ def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
     fails = [r for r in recs if r["verdict"] == "FAIL"]
     if fails:
         m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: (v["elements"], _key(v["binding"]))))
-    return engine.judge(GATE, m)
+    result = engine.judge(GATE, m)
+    cut = [r for r in recs if r.get("budget")]
+    if cut and result["verdict"] not in ("FAIL", "CRASH", "TIMEOUT"):  # what ran passed; the rest is unknown
+        result.update(verdict="ERROR", summary=f"not established: {len(cut)} of {len(recs)} shape(s) not run to "
+                                               f"the end ({cut[0]['reason']}); before that: {result['summary']}")
+    return result
