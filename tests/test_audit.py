@@ -441,6 +441,13 @@ def test_the_report_says_which_clean_rows_rest_on_a_gate_it_could_not_judge():
     assert rep["clean_rows_with_an_error_gate"] == 1 and rep["clean_with_error_gates"] == {"G11": 1}
     assert rep["rejected_by_one_gate_alone"] == {"G12": 1}
     assert rep["classes_without_gate"]["G12"] == {"BROKEN": 0, "VIOLATION": 0, "CLEAN": 3}
+    assert rep["rows_cut_by_row_budget"] == 0
+    cut = row(4, "CLEAN", "ERROR")
+    cut["gates"]["G11"]["summary"] = "not established: the check's time budget (240 s) was spent before this call finished"
+    rep = build([row(1, "CLEAN", "ERROR"), cut])
+    assert rep["rows_cut_by_row_budget"] == 1 and rep["cut_by_row_budget"] == {"G11": 1}
+    from kverify.audit_report import markdown
+    assert "1 row(s) have gates the row budget" in markdown(rep)
 
 
 def test_rows_journalled_by_a_kverify_fault_can_be_checked_again(corpus, whole, tmp_path):
@@ -503,3 +510,42 @@ def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(c
     assert merge(tmp_path / "m2.sqlite", [j]) == 1  # again: no record twice
     with sqlite3.connect(tmp_path / "m2.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+
+
+def test_report_and_merge_read_journals_without_writing_and_redo_budget_selects_cut_rows(corpus, tmp_path):
+    """A journal file the user may not write (a device run's output) is read by report and merge
+    as it is, with no table added; a --redo of an id the journal lacks writes nothing; rows with a
+    gate cut by the row budget are what --redo-budget selects."""
+    from kverify.audit import run_audit
+    from kverify.audit_report import load
+    from kverify.errors import UsageError
+
+    j = tmp_path / "j.sqlite"
+    cut = {"gates": [{"gate": "G01", "verdict": "ERROR", "summary": "not established: the check's time budget "
+                      "(3 s) was spent before this call finished", "tolerance_free": True, "evidence": {}}],
+           "standard": {"verdict": "ERROR"}}
+    jj = Journal(j)
+    jj.record({"id": "ex/correct", "level": 1}, cut, "CLEAN")
+    jj.record({"id": "ex/other", "level": 1}, None, "UNJUDGED", "planted")
+    assert jj.budget_cut() == ["ex/correct"]
+    jj.db.execute("DROP TABLE runs")  # as a journal from before the runs table
+    jj.close()
+    os.chmod(j, 0o444)
+    try:
+        assert [k["id"] for k in load([str(j)])] == ["ex/correct", "ex/other"]
+        assert merge(tmp_path / "m.sqlite", [j]) == 2
+        with sqlite3.connect(f"file:{j}?mode=ro", uri=True) as db:
+            assert "runs" not in {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    finally:
+        os.chmod(j, 0o644)
+    with pytest.raises(UsageError, match="no journalled row"):
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=2, redo=["ex/g03_fmax"])
+    with sqlite3.connect(j) as db:  # no run recorded, nothing forgotten
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM forgotten").fetchone() == (0,)
+    run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1, redo_budget=True)
+    with sqlite3.connect(j) as db:
+        assert db.execute("SELECT why FROM forgotten").fetchall() == [("kverify audit --redo-budget",)]
+        assert db.execute("SELECT class FROM kernels WHERE id = 'ex/correct'").fetchone() == ("CLEAN",)
+        g = db.execute("SELECT verdict FROM gates WHERE kernel_id = 'ex/correct'").fetchall()
+        assert g == [("PASS",)]

@@ -161,3 +161,19 @@ def test_a_check_budget_cut_is_error_not_a_finding(tmp_path):
     assert rep["standard"]["verdict"] == "ERROR" and "time budget" in rep["standard"]["summary"]
     with pytest.raises(UsageError):
         check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01"], budget=0.0)
+
+
+def test_a_finding_made_before_the_budget_ran_out_stands():
+    """A gate whose first call hung until its timeout (a finding) and whose next call the budget
+    then cut is TIMEOUT, not ERROR; with only cut calls it is ERROR."""
+    from types import SimpleNamespace
+
+    from kverify.check import _judge_gate
+    from kverify.sandbox import Outcome
+
+    plan = [{"id": "a"}, {"id": "b"}]
+    cut = Outcome("budget", detail="the check's time budget (3 s) was spent before this call finished")
+    for first, verdict in ((Outcome("timeout", detail="no result after 120 s"), "TIMEOUT"), (cut, "ERROR")):
+        results = {}
+        _judge_gate(SimpleNamespace(), "G04", plan, {"a": first, "b": cut}, results)
+        assert results["G04"]["verdict"] == verdict, results

@@ -219,3 +219,20 @@ def test_a_sanitizer_run_cut_by_the_checks_budget_is_unfinished_unless_it_found_
     s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("budget", detail="budget", log=found))
     r = _verdict(s)
     assert r["verdict"] == "FAIL" and "Invalid __global__ read" in r["summary"], r["summary"]
+
+
+def test_racecheck_output_and_a_cut_guard_job(monkeypatch, tmp_path):
+    """racecheck prints hazards in its own summary (no ERROR SUMMARY): a process-exit error beside
+    it is not counted, a race is. When the check's budget cut G11's guard-band job, a sanitizer
+    finding made before still FAILs G11 (judge_cut); without one the caller records ERROR."""
+    exit_line = "========= Error: process didn't terminate successfully\n"
+    clean = "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    assert g11.parse_sanitizer(exit_line + clean) == (0, "")
+    race = ("========= Error: Race reported between Write access at k(float *)+0x10\n" + exit_line
+            + "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    assert g11.parse_sanitizer(race) == (1, "========= Error: Race reported between Write access at k(float *)+0x10")
+    for tools, verdict in (([{"tool": "memcheck", "errors": 2, "first": "========= Invalid __global__ read"}], "FAIL"),
+                           ([{"tool": "memcheck", "errors": 0, "first": ""}], None)):
+        ctx = SimpleNamespace(background_result=lambda gate, start, t=tools: {"tools": t})
+        r = g11.judge_cut(ctx, "the check's time budget (3 s) was spent")
+        assert (r or {}).get("verdict") == verdict, r

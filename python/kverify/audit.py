@@ -64,7 +64,7 @@ def _failed_build(candidate_source: str) -> str:
 
 def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str]:
     """(report or None, class, reason) for one row; never raises for a bad row. ``opts``: device,
-    seed, timeout, load_timeout, gates (list or None) as for kverify.check.check. A row whose
+    seed, timeout, load_timeout, gates (list or None), budget as for kverify.check.check. A row whose
     candidate failed to build is COMPILE_ERROR without a report, whatever its check found (in
     pipeline mode its check never runs), so the two modes journal the same."""
     from kverify.check import check
@@ -130,7 +130,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               timeout: float = 120.0, limit: int | None = None, ids: list[str] | None = None,
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
-              redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None) -> int:
+              redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None,
+              redo_budget: bool = False) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -146,7 +147,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         redo: journalled row ids to check again (their records move to the journal's
             ``forgotten`` table first, Journal.forget); ``redo_faults``: the same for every row
             journalled UNJUDGED by a fault of kverify's own (reason "kverify fault: ..."), e.g.
-            after fixing that fault.
+            after fixing that fault; ``redo_budget``: every row with a gate a row budget cut short
+            (Journal.budget_cut), e.g. in a longer run.
         row_budget: seconds for each row's candidate calls (kverify.check.check's budget; None: no
             limit): gates it cuts short are ERROR and the row is journalled, so a run of bounded
             length always moves on; ``--redo`` such rows in a longer run to judge them fully.
@@ -189,12 +191,16 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     from kverify.check import resolve_device
     from kverify.gates import GATES
 
+    again = sorted(set(list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
+                       + ([x for x in j.budget_cut() if x in selected] if redo_budget else [])))
+    missing = sorted(set(again) - j.done())
+    if missing:  # before anything is written
+        raise UsageError(f"{journal}: --redo: no journalled row has the id(s) {', '.join(missing)}")
     j.begin_run({"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
                  "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
                  "compile_jobs": compile_jobs, "kverify": _version()})
-    again = list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
     if again:
-        j.forget(sorted(set(again)), "kverify audit --redo" + ("-faults" if redo_faults else ""))
+        j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
     counts = dict.fromkeys(CLASSES, 0)

@@ -47,7 +47,7 @@ def load(journals: list[str]) -> list[dict]:
     for path in journals:
         if not Path(path).is_file():
             raise UsageError(f"{path}: no such journal")
-        j = Journal(path)
+        j = Journal(path, readonly=True)
         cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
         for row in j.db.execute("SELECT * FROM kernels"):
             k = dict(zip(cols, row))
@@ -109,6 +109,9 @@ def build(kernels: list[dict]) -> dict:
     # failure: say how many CLEAN rows rest on such a gate
     clean_err = Counter(g for k in kernels if k["class"] == "CLEAN"
                         for g, r in k["gates"].items() if r["verdict"] == "ERROR")
+    # gates a run's --row-budget cut short (ERROR "not established: ... time budget ..."), per gate
+    cut = Counter(g for k in kernels for g, r in k["gates"].items()
+                  if r["verdict"] == "ERROR" and "time budget" in (r["summary"] or ""))
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
@@ -119,6 +122,9 @@ def build(kernels: list[dict]) -> dict:
             "classes_without_gate": without, "clean_with_error_gates": dict(sorted(clean_err.items())),
             "clean_rows_with_an_error_gate": sum(any(r["verdict"] == "ERROR" for r in k["gates"].values())
                                                  for k in kernels if k["class"] == "CLEAN"),
+            "cut_by_row_budget": dict(sorted(cut.items())),
+            "rows_cut_by_row_budget": sum(any(r["verdict"] == "ERROR" and "time budget" in (r["summary"] or "")
+                                              for r in k["gates"].values()) for k in kernels),
             "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
 
 
@@ -165,6 +171,10 @@ def markdown(rep: dict) -> str:
     if rep["clean_rows_with_an_error_gate"]:
         L.append(f"\n{rep['clean_rows_with_an_error_gate']} CLEAN row(s) have a gate kverify could not judge (ERROR, "
                  "not established): " + ", ".join(f"{g} {n}" for g, n in rep["clean_with_error_gates"].items()) + ".")
+    if rep.get("rows_cut_by_row_budget"):
+        L.append(f"\n{rep['rows_cut_by_row_budget']} row(s) have gates the row budget (`--row-budget`) cut short "
+                 "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
+                 + "; `kverify audit --redo` them in a longer run to judge them fully.")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]
     for g, c in rep["gates"].items():

@@ -4,7 +4,7 @@ Flow: load the problem (parent) -> input specs at the problem's own shape -> eac
 jobs -> the candidate's process runs all jobs (kverify.sandbox) -> each gate judges its
 measurements against the fp64 oracle computed here. Work that needs no other gate's result runs
 beside the main worker, each in its own process started from a thread: the standard test and
-the background part of gates that have a `start(ctx)` hook (G11's four sanitizer runs), so a
+the background part of gates that have a `start(ctx)` hook (G11's sanitizer runs), so a
 check takes about as long as its longest part rather than their sum. KVERIFY_SERIAL_CHECK=1
 runs them one after another instead (the baseline of bench/check_time.py; also for debugging).
 """
@@ -65,7 +65,19 @@ def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) ->
     mine = {j["id"]: outcomes[j["id"]] for j in plan}
     budget = next((o for o in mine.values() if o.status == "budget"), None)
     if budget is not None and not getattr(mod, "judge_outcomes", None):
-        results[g] = _result(mod, "ERROR", "not established: " + budget.detail, {"detail": budget.detail})
+        bad = next((o for o in mine.values() if o.status in ("crash", "timeout")), None)
+        if bad is not None:  # a finding made before the cut (a hang often spends the budget itself)
+            results[g] = _result(mod, "CRASH" if bad.status == "crash" else "TIMEOUT", bad.detail[:300],
+                                 {"detail": bad.detail})
+            return
+        cut = getattr(mod, "judge_cut", None)  # a gate with background work may hold findings (G11)
+        try:
+            results[g] = cut(ctx, budget.detail) if cut else None
+        except Exception as e:  # noqa: BLE001
+            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
+                                 {"traceback": traceback.format_exc()[-2000:]})
+        if results[g] is None:
+            results[g] = _result(mod, "ERROR", "not established: " + budget.detail, {"detail": budget.detail})
         return
     if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
         try:

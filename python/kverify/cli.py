@@ -98,7 +98,7 @@ def cmd_audit(a) -> int:
                      gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
-                     row_budget=a.row_budget)
+                     row_budget=a.row_budget, redo_budget=a.redo_budget)
 
 
 def cmd_merge(a) -> int:
@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--row-budget", type=float, default=None, metavar="S",
                     help="seconds for each row's candidate calls; gates it cuts short are ERROR (not "
                          "established) and the row is journalled, so short runs always move on (default: no limit)")
+    au.add_argument("--redo-budget", action="store_true",
+                    help="check again every row with a gate that --row-budget cut short (in a longer run)")
     au.add_argument("--redo-faults", action="store_true",
                     help="check again every row journalled UNJUDGED by a fault of kverify's own")
     _add_common(au)

@@ -35,23 +35,34 @@ FAULT_PREFIX = "kverify fault"
 
 
 class Journal:
-    """Open (creating if needed) a journal file. Raises UsageError if it is not a kverify journal."""
+    """Open (creating if needed) a journal file; ``readonly``: open an existing one for reading only
+    (report, merge inputs: the file is not touched, and may be read-only). Raises UsageError if it
+    is not a kverify journal."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "kernels" not in tables:  # another program's database: leave it untouched
+            if readonly:
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if (self.tables or readonly) and "kernels" not in self.tables:  # another program's database
                 self.db.close()
                 raise UsageError(f"{self.path}: not a kverify journal (an SQLite database with the table(s) "
-                                 f"{', '.join(sorted(tables))} and no 'kernels')")
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-            self.db.executescript(SCHEMA)
+                                 f"{', '.join(sorted(self.tables)) or '(none)'} and no 'kernels')")
+            if not readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                self.db.executescript(SCHEMA)
+                self.tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
             raise UsageError(f"{self.path}: not a kverify journal ({e})") from None
+
+    def select(self, table: str) -> list[tuple]:
+        """Every record of ``table`` ([] when this journal predates it: ``runs``, ``forgotten``)."""
+        return self.db.execute(f"SELECT * FROM {table}").fetchall() if table in self.tables else []
 
     def begin_run(self, options: dict) -> None:
         """Record the options of an audit run (JSON-able dict) in the ``runs`` table. Raises
@@ -60,9 +71,8 @@ class Journal:
         others (timeouts, budget, shard, jobs) may change from run to run and are kept as given."""
         import time
 
-        first = self.db.execute("SELECT options FROM runs ORDER BY at LIMIT 1").fetchone()
-        if first is not None:
-            was = json.loads(first[0])
+        was = _fixed(self)
+        if was is not None:
             for k in FIXED_OPTIONS:
                 if k in was and was[k] != options.get(k):
                     raise UsageError(f"{self.path}: field '{k}': this journal was begun with {k} = {was[k]!r}, "
@@ -97,6 +107,12 @@ class Journal:
         """Ids of rows journalled UNJUDGED because kverify itself failed on them (not the row)."""
         return [r[0] for r in self.db.execute("SELECT id FROM kernels WHERE class = 'UNJUDGED' AND reason LIKE ?",
                                               (FAULT_PREFIX + "%",))]
+
+    def budget_cut(self) -> list[str]:
+        """Ids of rows with a gate that a row budget cut short (ERROR, "... time budget ...";
+        kverify.sandbox.Sandbox.budget), to judge again in a longer run (``--redo-budget``)."""
+        return [r[0] for r in self.db.execute("SELECT DISTINCT kernel_id FROM gates WHERE verdict = 'ERROR' "
+                                              "AND summary LIKE '%time budget%' ORDER BY kernel_id")]
 
     def forget(self, ids: list[str], why: str) -> None:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
@@ -138,8 +154,9 @@ class Journal:
 def merge(out: str | Path, inputs: list[str | Path]) -> int:
     """Copy every kernel of ``inputs`` into ``out``; a kernel present in two inputs with different
     content raises UsageError naming both files. Returns the number of kernels in ``out``.
-    Every input is looked for before ``out`` is touched; an ``out`` this call created is removed
-    again when the merge fails."""
+    Every input is looked for, and its run options (FIXED_OPTIONS) and kernels compared, before
+    ``out`` is written; inputs are opened read-only. An ``out`` this call created is removed again
+    when the merge fails."""
     missing = [str(p) for p in inputs if not Path(p).is_file()]
     if missing:
         raise UsageError(f"{', '.join(missing)}: no such journal")
@@ -159,28 +176,37 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
 
 
 def _fixed(j: "Journal") -> dict | None:
-    """FIXED_OPTIONS of the journal's first recorded run (None: no run recorded)."""
-    first = j.db.execute("SELECT options FROM runs ORDER BY at LIMIT 1").fetchone()
-    return None if first is None else {k: v for k, v in json.loads(first[0]).items() if k in FIXED_OPTIONS}
+    """FIXED_OPTIONS of the journal's first recorded run (None: no run recorded, e.g. a journal
+    from before the runs table: nothing to compare)."""
+    runs = sorted(j.select("runs"))
+    return None if not runs else {k: v for k, v in json.loads(runs[0][1]).items() if k in FIXED_OPTIONS}
 
 
 def _copy_into(dst: "Journal", out, inputs) -> None:
-    seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    # first every input's run options and kernels, with nothing written: a refused merge copies nothing
     fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None
+    first: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
     for src_path in inputs:
-        src = Journal(src_path)
-        mine = _fixed(src)
-        if mine is not None and fixed is not None and mine != fixed[1]:
-            field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+        src = Journal(src_path, readonly=True)
+        try:
+            mine = _fixed(src)
+            if mine is not None and fixed is not None and mine != fixed[1]:
+                field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+                raise UsageError(f"{src_path}: field '{field}': its runs had {field} = {mine.get(field)!r}, "
+                                 f"{fixed[0]}'s had {fixed[1].get(field)!r}; journals of different runs do not merge")
+            if mine is not None and fixed is None:
+                fixed = (str(src_path), mine)
+            for r in src.rows():
+                if r[0] in first and first[r[0]][1] != r:
+                    raise UsageError(f"kernel {r[0]} differs between {first[r[0]][0]} and {src_path}")
+                first.setdefault(r[0], (str(src_path), r))
+        finally:
             src.close()
-            raise UsageError(f"{src_path}: field '{field}': its runs had {field} = {mine.get(field)!r}, "
-                             f"{fixed[0]}'s had {fixed[1].get(field)!r}; journals of different runs do not merge")
-        if mine is not None and fixed is None:
-            fixed = (str(src_path), mine)
+    seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    for src_path in inputs:
+        src = Journal(src_path, readonly=True)
         for r in src.rows():
-            if r[0] in seen:
-                if seen[r[0]][1] != r:
-                    raise UsageError(f"kernel {r[0]} differs between {seen[r[0]][0]} and {src_path}")
+            if r[0] in seen:  # the same content (checked above)
                 continue
             seen[r[0]] = (str(src_path), r)
             k = src.db.execute("SELECT * FROM kernels WHERE id = ?", (r[0],)).fetchone()
@@ -191,10 +217,10 @@ def _copy_into(dst: "Journal", out, inputs) -> None:
             dst.db.execute("COMMIT")
         # the side tables: what --redo took out, and the runs' options (each record once)
         dst.db.execute("BEGIN IMMEDIATE")
-        for rec in src.db.execute("SELECT * FROM forgotten"):
+        for rec in src.select("forgotten"):
             if dst.db.execute("SELECT 1 FROM forgotten WHERE id = ? AND at IS ?", (rec[0], rec[5])).fetchone() is None:
                 dst.db.execute("INSERT INTO forgotten VALUES (?,?,?,?,?,?)", rec)
-        for rec in src.db.execute("SELECT * FROM runs"):
+        for rec in src.select("runs"):
             if dst.db.execute("SELECT 1 FROM runs WHERE at = ? AND options = ?", rec).fetchone() is None:
                 dst.db.execute("INSERT INTO runs VALUES (?,?)", rec)
         dst.db.execute("COMMIT")

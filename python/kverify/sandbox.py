@@ -165,11 +165,12 @@ class Sandbox:
         """Seconds to the deadline (inf without one)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
 
-    def _out_of_budget(self, outcomes, start: int, end: int) -> int:
-        """Mark jobs start..end-1 "budget"; returns end."""
+    def _out_of_budget(self, outcomes, start: int, end: int, log: str = "") -> int:
+        """Mark jobs start..end-1 "budget" (``log``: the worker's output so far, where a sanitizer
+        may already have reported findings); returns end."""
         for k in range(start, end):
             outcomes[k] = Outcome("budget", detail=f"the check's time budget ({self.budget:g} s) was spent "
-                                                   f"before this call finished")
+                                                   f"before this call finished", log=log)
         return end
 
     def _discard(self, worker: tuple) -> None:
@@ -219,8 +220,12 @@ class Sandbox:
         else:
             proc, reader, t0, log_path = self._spawn(jobdir, jobs, start, wrapper, env)
         try:
-            line = reader.next(self.load_timeout)
+            load_wait = min(self.load_timeout, max(self._budget_left(), 0.0))
+            line = reader.next(load_wait)
             self.load_seconds.append(round(time.monotonic() - t0, 3))
+            if line is None and load_wait < self.load_timeout:  # the deadline came during loading
+                self._kill(proc)
+                return self._out_of_budget(outcomes, start, len(jobs), str(log_path))
             if line != "loaded":
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)
@@ -230,7 +235,7 @@ class Sandbox:
                 line = reader.next(wait)
                 if line is None and wait < timeout:  # the deadline, not the job's timeout
                     self._kill(proc)
-                    return self._out_of_budget(outcomes, k, len(jobs))
+                    return self._out_of_budget(outcomes, k, len(jobs), str(log_path))
                 if line == f"done {k}":
                     outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False),
                                           log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
@@ -245,9 +250,9 @@ class Sandbox:
                     outcomes[k] = Outcome("crash", detail=f"{describe_exit(rc)} during the call; "
                                                           f"output tail: {_tail(log_path)}", log=str(log_path))
                 return k + 1
-            self._read_end(jobdir.name, reader.next(30))
+            self._read_end(jobdir.name, reader.next(min(30.0, max(self._budget_left(), 0.5))))
             try:
-                proc.wait(timeout=120)
+                proc.wait(timeout=min(120.0, max(self._budget_left(), 0.5)))
             except subprocess.TimeoutExpired:  # its results are in; whatever keeps it alive is not ours to wait for
                 self._kill(proc)
             return len(jobs)

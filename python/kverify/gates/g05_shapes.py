@@ -12,6 +12,8 @@ Controls: controls/g05_*.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from kverify import engine
 from kverify.gates.base import Context, accuracy_run, spec_numel
 
@@ -147,6 +149,8 @@ def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
     result = engine.judge(GATE, m)
     cut = [r for r in recs if r.get("budget")]
     if cut and result["verdict"] not in ("FAIL", "CRASH", "TIMEOUT"):  # what ran passed; the rest is unknown
-        result.update(verdict="ERROR", summary=f"not established: {len(cut)} of {len(recs)} shape(s) not run to "
-                                               f"the end ({cut[0]['reason']}); before that: {result['summary']}")
+        n = Counter(r["verdict"] for r in recs if not r.get("budget"))
+        result.update(verdict="ERROR", summary=f"not established: {len(cut)} of {len(recs)} shape variant(s) cut "
+                                               f"short ({cut[0]['reason']}); of the others {n['PASS']} pass, "
+                                               f"{n['UNSUPPORTED']} unsupported, {n['SKIPPED']} skipped")
     return result

@@ -161,7 +161,7 @@ def start(ctx: Context):
     """The sanitizer runs need nothing from the other gates: check() calls this in its own thread
     before the main worker starts and runs the returned callable beside it (None: nothing to run).
     The job is built here, in the caller's thread (it may run the oracle); the callable only
-    launches the four sanitized workers and parses their logs."""
+    launches the sanitized workers and parses their logs."""
     if ctx.device != "cuda":
         return lambda: {"not_applicable": "CPU run (compute-sanitizer needs a GPU)"}
     exe = shutil.which("compute-sanitizer")
@@ -199,7 +199,7 @@ def start(ctx: Context):
         return rec
 
     def run() -> dict:
-        # the four tools are independent child processes: run them at once (each has its own folder)
+        # the tools are independent child processes: run them at once (each has its own folder)
         tools = _tool_set()
         with ThreadPoolExecutor(len(tools)) as pool:
             return {"tools": list(pool.map(one, tools))}
@@ -223,13 +223,25 @@ def parse_sanitizer(text: str) -> tuple[int, str]:
     """(errors, first finding) from compute-sanitizer output: the largest of "ERROR SUMMARY: N
     errors", racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (E) and the
     number of finding lines; the first finding line. Process-exit errors (_EXIT) are taken out of
-    both: on the H200 (stop 14) racecheck reported one for a row whose worker had finished its job
-    and whose other three tools were clean."""
+    the ERROR SUMMARY count and the finding lines (racecheck's summary counts hazards alone): on
+    the H200 (stop 14) racecheck reported one for a row whose worker had finished its job and whose
+    other tools were clean."""
     exits = sum(_EXIT in ln for ln in text.splitlines())
     counts = [int(m) - exits for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
-    counts += [int(m) - exits for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]
+    counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]  # hazards only
     findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln) and _EXIT not in ln]
     return max([0, len(findings), *counts]), (findings[0] if findings else "")
+
+
+def judge_cut(ctx: Context, detail: str) -> dict | None:
+    """The verdict when the check's budget cut the guard-band job short (kverify.check._judge_gate):
+    FAIL when a sanitizer run already reported errors (its finding stands), else None (the caller
+    records ERROR, not established). Waits for the sanitizer runs, which the same budget bounds."""
+    sanitizer = ctx.background_result(GATE, start)
+    if not any(t.get("errors") for t in sanitizer.get("tools", [])):
+        return None
+    guard = {"band_writes": 0, "output_depends_on_bands": False, "not_run": detail}
+    return engine.judge(GATE, {"guard": guard, "sanitizer": sanitizer})
 
 
 def judge(ctx: Context, results: dict) -> dict:
