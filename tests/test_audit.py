@@ -338,7 +338,7 @@ def test_a_checks_memory_need_grows_with_its_inputs():
 
 def test_limit_below_one_and_unknown_id_are_usage_errors(corpus, tmp_path):
     for extra, words in ((["--limit", "0"], "--limit"), (["--id", "ex/nope"], "no row"),
-                         (["--row-budget", "0"], "--row-budget")):
+                         (["--row-budget", "0"], "--row-budget"), (["--row-budget", "inf"], "--row-budget")):
         r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                             *extra], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -534,8 +534,9 @@ def test_report_and_merge_read_journals_without_writing_and_redo_budget_selects_
     try:
         assert [k["id"] for k in load([str(j)])] == ["ex/correct", "ex/other"]
         assert merge(tmp_path / "m.sqlite", [j]) == 2
-        with sqlite3.connect(f"file:{j}?mode=ro", uri=True) as db:
+        with sqlite3.connect(f"file:{j}?mode=ro&immutable=1", uri=True) as db:
             assert "runs" not in {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        assert not any(p.name.startswith("j.sqlite-") for p in tmp_path.iterdir())  # no -shm/-wal beside it
     finally:
         os.chmod(j, 0o644)
     with pytest.raises(UsageError, match="no journalled row"):
@@ -549,3 +550,41 @@ def test_report_and_merge_read_journals_without_writing_and_redo_budget_selects_
         assert db.execute("SELECT class FROM kernels WHERE id = 'ex/correct'").fetchone() == ("CLEAN",)
         g = db.execute("SELECT verdict FROM gates WHERE kernel_id = 'ex/correct'").fetchall()
         assert g == [("PASS",)]
+
+
+def test_a_row_the_budget_cut_and_nothing_failed_is_unjudged_and_bad_journal_paths_are_usage_errors(corpus, tmp_path):
+    """CLEAN needs every gate established: a row whose calls the row budget cut, with no gate
+    failing, is journalled UNJUDGED ("row budget spent: ...") with its report, and --redo-budget
+    picks it. A folder, or an SQLite file whose 'kernels' table is another program's, is no journal
+    (left untouched); report's --out may not be a file."""
+    from kverify.audit import run_audit
+    from kverify.audit_report import write_report
+    from kverify.errors import UsageError
+
+    ref = (RELU / "reference.py").read_text()
+    slow = ("import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            "        import time; time.sleep(4)\n        return torch.relu(x)\n")
+    f = tmp_path / "slow.jsonl"
+    f.write_text(json.dumps({"id": "ex/slow", "reference": ref, "candidate": slow, "level": 1,
+                             "harness": {"allclose_tol": 1e-2}}) + "\n")
+    j = tmp_path / "j.sqlite"
+    run_audit(str(f), str(j), device="cpu", gates=["G01"], row_budget=2.0)
+    jj = Journal(j)
+    (klass, reason), = jj.db.execute("SELECT class, reason FROM kernels").fetchall()
+    assert klass == "UNJUDGED" and reason == "row budget spent: G01, standard not established", reason
+    assert jj.budget_cut() == ["ex/slow"]
+    jj.close()
+    with pytest.raises(UsageError, match="is a directory"):
+        Journal(tmp_path)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE kernels (a TEXT)")
+    for call in (lambda: Journal(other), lambda: merge(tmp_path / "m.sqlite", [other]),
+                 lambda: write_report([str(other)], str(tmp_path / "rep"))):
+        with pytest.raises(UsageError, match="not a kverify journal"):
+            call()
+    with sqlite3.connect(other) as db:
+        assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["kernels"]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UsageError, match="must be a folder"):
+        write_report([str(j)], str(tmp_path / "afile"))

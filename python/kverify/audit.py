@@ -22,6 +22,7 @@ kverify failed), with the reason.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -62,11 +63,25 @@ def _failed_build(candidate_source: str) -> str:
     return failed_build(read_state(cache_dir(candidate_source)))
 
 
+#: the reason of a row journalled UNJUDGED because its row budget cut gates short and none failed
+BUDGET_REASON = "row budget spent"
+
+
+def budget_cut_gates(report: dict) -> list[str]:
+    """Ids of the gates (and "standard") of ``report`` that a check budget cut short (ERROR whose
+    summary names the time budget, kverify.sandbox.Sandbox.budget)."""
+    out = [g["gate"] for g in report["gates"] if g["verdict"] == "ERROR" and "time budget" in g["summary"]]
+    std = report.get("standard") or {}
+    return out + (["standard"] if std.get("verdict") == "ERROR" and "time budget" in std.get("summary", "") else [])
+
+
 def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str]:
     """(report or None, class, reason) for one row; never raises for a bad row. ``opts``: device,
     seed, timeout, load_timeout, gates (list or None), budget as for kverify.check.check. A row whose
     candidate failed to build is COMPILE_ERROR without a report, whatever its check found (in
-    pipeline mode its check never runs), so the two modes journal the same."""
+    pipeline mode its check never runs), so the two modes journal the same. A row that no gate
+    failed but whose budget cut gates short is UNJUDGED (BUDGET_REASON), with its report: CLEAN
+    needs every gate established."""
     from kverify.check import check
     from kverify.corpus import row_sources
 
@@ -76,6 +91,9 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
         kw = {k: v for k, v in opts.items() if k != "threads"}  # threads: the process's env (_task)
         report = check(src.reference, ref_path, src.candidate, cand_path, tolerance=src.tolerance, **kw)
         klass, reason = report["class"], ""
+        cut = budget_cut_gates(report)
+        if cut and klass == "CLEAN":  # nothing failed, but not everything was established: not CLEAN
+            klass, reason = "UNJUDGED", f"{BUDGET_REASON}: {', '.join(cut)} not established"
     except KverifyError as e:
         report, klass, reason = None, "UNJUDGED", str(e)[:500]
     except Exception as e:  # noqa: BLE001 — kverify's own fault: record it and go on
@@ -150,8 +168,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             after fixing that fault; ``redo_budget``: every row with a gate a row budget cut short
             (Journal.budget_cut), e.g. in a longer run.
         row_budget: seconds for each row's candidate calls (kverify.check.check's budget; None: no
-            limit): gates it cuts short are ERROR and the row is journalled, so a run of bounded
-            length always moves on; ``--redo`` such rows in a longer run to judge them fully.
+            limit): gates it cuts short are ERROR, a row that nothing failed is then UNJUDGED
+            (check_row), and the row is journalled, so a run of bounded length always moves on;
+            ``redo_budget`` such rows in a longer run to judge them fully.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -165,8 +184,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--jobs must be >= 1 and --compile-jobs >= 0, got {jobs} and {compile_jobs}")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
-    if row_budget is not None and not row_budget > 0:
-        raise UsageError(f"--row-budget must be positive, got {row_budget}")
+    if row_budget is not None and not (row_budget > 0 and math.isfinite(row_budget)):
+        raise UsageError(f"--row-budget must be a positive number of seconds, got {row_budget}")
     opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
             "budget": row_budget, "threads": cpu_threads(jobs, compile_jobs)}
     i, n = parse_shard(shard)

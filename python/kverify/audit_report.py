@@ -174,7 +174,8 @@ def markdown(rep: dict) -> str:
     if rep.get("rows_cut_by_row_budget"):
         L.append(f"\n{rep['rows_cut_by_row_budget']} row(s) have gates the row budget (`--row-budget`) cut short "
                  "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
-                 + "; `kverify audit --redo` them in a longer run to judge them fully.")
+                 + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
+                 "in a longer run judges them fully.")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]
     for g, c in rep["gates"].items():
@@ -274,9 +275,13 @@ def plots(rep: dict, out: Path) -> list[str]:
 
 
 def write_report(journals: list[str], out_dir: str = "results/audit") -> dict:
+    """Write report.{json,md,html} and the plots into ``out_dir`` (created); returns the report.
+    Raises UsageError for a journal that is missing or not a journal, or an ``out_dir`` that is a file."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: --out must be a folder, and this is a file")
     rep = build(load(journals))
+    out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(rep, indent=2, default=list) + "\n")
     md = markdown(rep)
     (out / "report.md").write_text(md)

@@ -27,6 +27,9 @@ CREATE TABLE IF NOT EXISTS forgotten (
   id TEXT NOT NULL, class TEXT, reason TEXT, report TEXT, why TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS runs (at REAL NOT NULL, options TEXT NOT NULL);
 """
+#: the columns of the kernels table, in order (SCHEMA)
+KERNEL_COLUMNS = ["id", "source", "level", "problem", "version", "backend", "gpu", "class", "standard", "reason",
+                  "seconds", "report"]
 #: the run options every run of one journal must share (Journal.begin_run): rows judged on another
 #: device, from another seed or by other gates would not be comparable
 FIXED_OPTIONS = ("device", "seed", "gates")
@@ -41,17 +44,26 @@ class Journal:
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
+        if self.path.is_dir():
+            raise UsageError(f"{self.path}: is a directory, not a journal file")
         try:
             if readonly:
-                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+                # immutable (no lock, no -shm beside it: a read-only folder or file works) unless a
+                # -wal file holds records not yet copied into the database (a killed audit's)
+                wal = Path(str(self.path) + "-wal")
+                flags = "mode=ro" + ("" if wal.exists() and wal.stat().st_size else "&immutable=1")
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = sqlite3.connect(self.path, isolation_level=None)
             self.tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if (self.tables or readonly) and "kernels" not in self.tables:  # another program's database
+            columns = [r[1] for r in self.db.execute("PRAGMA table_info(kernels)")]
+            if (self.tables or readonly) and columns != KERNEL_COLUMNS:  # another program's database
                 self.db.close()
                 raise UsageError(f"{self.path}: not a kverify journal (an SQLite database with the table(s) "
-                                 f"{', '.join(sorted(self.tables)) or '(none)'} and no 'kernels')")
+                                 f"{', '.join(sorted(self.tables)) or '(none)'}"
+                                 + (f"; its 'kernels' has the columns {', '.join(columns)}" if columns
+                                    else " and no 'kernels'") + ")")
             if not readonly:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=FULL")

@@ -148,7 +148,7 @@ class Sandbox:
         start = 0
         while start < len(jobs):
             if self._budget_left() <= 0:  # e.g. after a crash: no new worker past the deadline
-                start = self._out_of_budget(outcomes, start, len(jobs))
+                start = self._out_of_budget(outcomes, start, len(jobs), when="before this call began")
                 break
             with self._lock:  # the prestarted worker, if it was started as this run would start one
                 pre = self._prestarted.pop(tag, None)
@@ -165,12 +165,12 @@ class Sandbox:
         """Seconds to the deadline (inf without one)."""
         return float("inf") if self.deadline is None else self.deadline - time.monotonic()
 
-    def _out_of_budget(self, outcomes, start: int, end: int, log: str = "") -> int:
+    def _out_of_budget(self, outcomes, start: int, end: int, log: str = "", when: str = "before this call finished") -> int:
         """Mark jobs start..end-1 "budget" (``log``: the worker's output so far, where a sanitizer
-        may already have reported findings); returns end."""
+        may already have reported findings; ``when``: how far it got); returns end."""
         for k in range(start, end):
             outcomes[k] = Outcome("budget", detail=f"the check's time budget ({self.budget:g} s) was spent "
-                                                   f"before this call finished", log=log)
+                                                   f"{when}", log=log)
         return end
 
     def _discard(self, worker: tuple) -> None:
@@ -225,7 +225,8 @@ class Sandbox:
             self.load_seconds.append(round(time.monotonic() - t0, 3))
             if line is None and load_wait < self.load_timeout:  # the deadline came during loading
                 self._kill(proc)
-                return self._out_of_budget(outcomes, start, len(jobs), str(log_path))
+                return self._out_of_budget(outcomes, start, len(jobs), str(log_path),
+                                           "while the candidate was still loading")
             if line != "loaded":
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)
