@@ -308,7 +308,10 @@ def test_a_row_line_names_class_seconds_failing_gates_or_reason():
                      {"gate": "G12", "verdict": "CRASH"}, {"gate": "G11", "verdict": "N/A"}],
            "standard": {"verdict": "PASS"}}
     line = row_line({"id": "r1"}, rep, "BROKEN", "", 12.34)
-    assert "BROKEN" in line and "12.3s" in line and "r1" in line and "standard PASS; G03,G12" in line
+    assert "BROKEN" in line and "12.3s" in line and "r1" in line and "standard PASS; FAIL G03; CRASH G12" in line
+    cut = {"gates": [{"gate": "G01", "verdict": "ERROR"}], "standard": {"verdict": "ERROR"}}
+    line = row_line({"id": "r3"}, cut, "UNJUDGED", "row budget spent: G01, standard not established", 3.0)
+    assert line.endswith("standard ERROR; ERROR G01  (row budget spent: G01, standard not established)"), line
     line = row_line({"id": "r2"}, None, "UNJUDGED", "ref.py: get_inputs() raised\nmore", 1.0)
     assert line.endswith("ref.py: get_inputs() raised")
 
@@ -588,3 +591,16 @@ def test_a_row_the_budget_cut_and_nothing_failed_is_unjudged_and_bad_journal_pat
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UsageError, match="must be a folder"):
         write_report([str(j)], str(tmp_path / "afile"))
+
+
+@pytest.mark.parametrize("field,value", [("id", 7), ("level", "one"), ("level", True), ("harness", {"gpu": 3})])
+def test_a_journalled_field_of_the_wrong_type_is_an_error_naming_line_and_field(tmp_path, field, value):
+    ref = (RELU / "reference.py").read_text()
+    good = {"id": "ex/a", "reference": ref, "candidate": (RELU / "correct.py").read_text(), "level": 1}
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": "ex/b", field: value}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(f), "--journal", str(tmp_path / "j"),
+                        "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    name = "harness.gpu" if field == "harness" else field
+    assert r.returncode == 2 and f"rows.jsonl:2" in r.stderr and f"'{name}'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and committed(tmp_path / "j") == 0

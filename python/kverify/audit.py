@@ -256,10 +256,16 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
 
 
 def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: float) -> str:
-    """One log line for a journalled row: class, seconds, the failing gates (or the reason), id."""
+    """One log line for a journalled row: class, seconds, id, then the standard test's verdict and
+    the gates that did not pass grouped by verdict ("FAIL G03,G12; ERROR G11"), or the reason."""
     if report:
-        bad = [g["gate"] for g in report["gates"] if g["verdict"] not in ("PASS", "N/A", "UNSUPPORTED")]
-        what = "standard " + report["standard"]["verdict"] + ("; " + ",".join(bad) if bad else "")
+        bad: dict[str, list[str]] = {}
+        for g in report["gates"]:
+            if g["verdict"] not in ("PASS", "N/A", "UNSUPPORTED"):
+                bad.setdefault(g["verdict"], []).append(g["gate"])
+        what = "; ".join(["standard " + report["standard"]["verdict"]] + [f"{v} {','.join(gs)}" for v, gs in bad.items()])
+        if klass == "UNJUDGED" and reason:  # judged in part (a row budget): say why it is not CLEAN
+            what += f"  ({reason.splitlines()[0][:120]})"
     else:
         what = reason.splitlines()[0][:120] if reason else ""
     return f"{klass:<13} {seconds:7.1f}s {row.get('id')}  {what}"
@@ -511,7 +517,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                             f"at the end: {row['id']}")
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
-                           note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s, GPU {gpu_used}]")
+                           note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s" + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))
     finally:
         for p, *_ in running.values():
             p.kill()

@@ -40,7 +40,27 @@ def iter_rows(file: str):
                 raise LoadError(f"{file}:{n}", f"not valid JSON: {e.msg} (column {e.colno})") from None
             if not isinstance(row, dict):
                 raise LoadError(f"{file}:{n}", "row is not a JSON object")
+            _check_fields(f"{file}:{n}", row)
             yield n, row
+
+
+#: fields the journal and report keep (kverify.journal.Journal.record), with their JSON types;
+#: each may be absent or null
+TEXT_FIELDS = ("id", "source_repo", "problem_name", "problem_version", "backend")
+
+
+def _check_fields(where: str, row: dict) -> None:
+    """Raise LoadError naming ``where`` and the field when a field the journal keeps has the wrong
+    type: the text fields TEXT_FIELDS and ``harness.gpu`` strings, ``level`` an integer."""
+    for k in TEXT_FIELDS:
+        if row.get(k) is not None and not isinstance(row[k], str):
+            raise LoadError(where, f"field '{k}' must be a string, got {json.dumps(row[k])[:60]}")
+    level = row.get("level")
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+        raise LoadError(where, f"field 'level' must be an integer, got {json.dumps(level)[:60]}")
+    h = row.get("harness")
+    if isinstance(h, dict) and h.get("gpu") is not None and not isinstance(h["gpu"], str):
+        raise LoadError(where, f"field 'harness.gpu' must be a string, got {json.dumps(h['gpu'])[:60]}")
 
 
 def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:
