@@ -487,7 +487,7 @@ def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(c
     from kverify.errors import UsageError
 
     j = tmp_path / "j.sqlite"
-    assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1) >= 0
+    assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1) == 0
     for kw, field in (({"gates": ["G01", "G03"]}, "gates"), ({"gates": ["G01"], "seed": 1}, "seed")):
         with pytest.raises(UsageError, match=f"field '{field}'"):
             run_audit(str(corpus), str(j), device="cpu", limit=2, **kw)

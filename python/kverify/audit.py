@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, FAULT_PREFIX, Journal
+from kverify.journal import CLASSES, FAULT_PREFIX, Journal, cut_by_budget
 
 
 
@@ -68,11 +68,11 @@ BUDGET_REASON = "row budget spent"
 
 
 def budget_cut_gates(report: dict) -> list[str]:
-    """Ids of the gates (and "standard") of ``report`` that a check budget cut short (ERROR whose
-    summary names the time budget, kverify.sandbox.Sandbox.budget)."""
-    out = [g["gate"] for g in report["gates"] if g["verdict"] == "ERROR" and "time budget" in g["summary"]]
+    """Ids of the gates (and "standard") of ``report`` that a check budget cut short
+    (kverify.journal.cut_by_budget)."""
     std = report.get("standard") or {}
-    return out + (["standard"] if std.get("verdict") == "ERROR" and "time budget" in std.get("summary", "") else [])
+    return ([g["gate"] for g in report["gates"] if cut_by_budget(g["verdict"], g["summary"])]
+            + (["standard"] if cut_by_budget(std.get("verdict", ""), std.get("summary")) else []))
 
 
 def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str]:

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from kverify.errors import UsageError
-from kverify.journal import CLASSES, Journal
+from kverify.journal import CLASSES, Journal, cut_by_budget
 
 NOT_JUDGED = ("COMPILE_ERROR", "UNJUDGED")  #: rates of these are over all rows, of the rest over judged rows
 FAILING = ("FAIL", "CRASH", "TIMEOUT", "ERROR")
@@ -110,8 +110,7 @@ def build(kernels: list[dict]) -> dict:
     clean_err = Counter(g for k in kernels if k["class"] == "CLEAN"
                         for g, r in k["gates"].items() if r["verdict"] == "ERROR")
     # gates a run's --row-budget cut short (ERROR "not established: ... time budget ..."), per gate
-    cut = Counter(g for k in kernels for g, r in k["gates"].items()
-                  if r["verdict"] == "ERROR" and "time budget" in (r["summary"] or ""))
+    cut = Counter(g for k in kernels for g, r in k["gates"].items() if cut_by_budget(r["verdict"], r["summary"]))
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
@@ -123,8 +122,8 @@ def build(kernels: list[dict]) -> dict:
             "clean_rows_with_an_error_gate": sum(any(r["verdict"] == "ERROR" for r in k["gates"].values())
                                                  for k in kernels if k["class"] == "CLEAN"),
             "cut_by_row_budget": dict(sorted(cut.items())),
-            "rows_cut_by_row_budget": sum(any(r["verdict"] == "ERROR" and "time budget" in (r["summary"] or "")
-                                              for r in k["gates"].values()) for k in kernels),
+            "rows_cut_by_row_budget": sum(any(cut_by_budget(r["verdict"], r["summary"]) for r in k["gates"].values())
+                                          for k in kernels),
             "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
 
 

@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                          "'forgotten' table)")
     au.add_argument("--row-budget", type=float, default=None, metavar="S",
                     help="seconds for each row's candidate calls; gates it cuts short are ERROR (not "
-                         "established) and the row is journalled, so short runs always move on (default: no limit)")
+                         "established), a row no gate failed is then UNJUDGED, and the row is journalled, so "
+                         "short runs always move on (default: no limit)")
     au.add_argument("--redo-budget", action="store_true",
                     help="check again every row with a gate that --row-budget cut short (in a longer run)")
     au.add_argument("--redo-faults", action="store_true",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 from kverify.errors import UsageError
@@ -33,6 +34,16 @@ KERNEL_COLUMNS = ["id", "source", "level", "problem", "version", "backend", "gpu
 #: the run options every run of one journal must share (Journal.begin_run): rows judged on another
 #: device, from another seed or by other gates would not be comparable
 FIXED_OPTIONS = ("device", "seed", "gates")
+#: the words every gate or standard-test summary of a call a check budget cut short carries
+#: (kverify.sandbox.Sandbox.budget writes them into the Outcome's detail, the gates pass it on)
+BUDGET_MARK = "the check's time budget"
+
+
+def cut_by_budget(verdict: str, summary: str | None) -> bool:
+    """Was this gate (or standard-test) record ERROR because a check budget cut its calls short?"""
+    return verdict == "ERROR" and BUDGET_MARK in (summary or "")
+
+
 #: the reason a row was journalled with when kverify itself failed on it (kverify.audit.check_row)
 FAULT_PREFIX = "kverify fault"
 
@@ -81,8 +92,6 @@ class Journal:
         UsageError, naming the journal and the option, when one of FIXED_OPTIONS differs from the
         journal's first recorded run (resume with the same ones, or use another journal); the
         others (timeouts, budget, shard, jobs) may change from run to run and are kept as given."""
-        import time
-
         was = _fixed(self)
         if was is not None:
             for k in FIXED_OPTIONS:
@@ -124,7 +133,7 @@ class Journal:
         """Ids of rows with a gate that a row budget cut short (ERROR, "... time budget ...";
         kverify.sandbox.Sandbox.budget), to judge again in a longer run (``--redo-budget``)."""
         return [r[0] for r in self.db.execute("SELECT DISTINCT kernel_id FROM gates WHERE verdict = 'ERROR' "
-                                              "AND summary LIKE '%time budget%' ORDER BY kernel_id")]
+                                              "AND instr(summary, ?) > 0 ORDER BY kernel_id", (BUDGET_MARK,))]
 
     def forget(self, ids: list[str], why: str) -> None:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
@@ -134,8 +143,6 @@ class Journal:
         missing = sorted(set(ids) - self.done())
         if missing:
             raise UsageError(f"{self.path}: no journalled row has the id(s) {', '.join(missing)}")
-        import time
-
         self.db.execute("BEGIN IMMEDIATE")
         try:
             for i in ids:
@@ -196,7 +203,7 @@ def _fixed(j: "Journal") -> dict | None:
 
 def _copy_into(dst: "Journal", out, inputs) -> None:
     # first every input's run options and kernels, with nothing written: a refused merge copies nothing
-    fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None
+    fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None  # (where from, options)
     first: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
@@ -214,13 +221,13 @@ def _copy_into(dst: "Journal", out, inputs) -> None:
                 first.setdefault(r[0], (str(src_path), r))
         finally:
             src.close()
-    seen: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    seen = {r[0] for r in dst.rows()}
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
         for r in src.rows():
             if r[0] in seen:  # the same content (checked above)
                 continue
-            seen[r[0]] = (str(src_path), r)
+            seen.add(r[0])
             k = src.db.execute("SELECT * FROM kernels WHERE id = ?", (r[0],)).fetchone()
             g = src.db.execute("SELECT * FROM gates WHERE kernel_id = ?", (r[0],)).fetchall()
             dst.db.execute("BEGIN IMMEDIATE")

@@ -25,6 +25,7 @@ import torch
 
 from kverify.build import build_env
 from kverify.errors import LoadError
+from kverify.journal import BUDGET_MARK
 
 #: glibc, CPU runs (G08): every fresh allocation is filled with 0xA5 bytes (MALLOC_PERTURB_=0x5A;
 #: glibc fills with the complement) and the per-thread cache, which skips that fill, is off.
@@ -169,8 +170,7 @@ class Sandbox:
         """Mark jobs start..end-1 "budget" (``log``: the worker's output so far, where a sanitizer
         may already have reported findings; ``when``: how far it got); returns end."""
         for k in range(start, end):
-            outcomes[k] = Outcome("budget", detail=f"the check's time budget ({self.budget:g} s) was spent "
-                                                   f"{when}", log=log)
+            outcomes[k] = Outcome("budget", detail=f"{BUDGET_MARK} ({self.budget:g} s) was spent {when}", log=log)
         return end
 
     def _discard(self, worker: tuple) -> None:

@@ -17,9 +17,9 @@ checks every kernel. A tool that does not finish within SANITIZER_TIMEOUT is no 
 ERROR (memory safety not established), unless something else failed.
 initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on every kernel, a bare
 ``nn.Conv2d`` call under it printed error reports (host backtrace in Conv2d.forward) and had not
-finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads; filtered to the candidate's
-kernels it does not see the writes of the kernels it skips, so a correct candidate reading what
-PyTorch wrote fails (both CUDA twins of controls/cuda/g11_* did). Reads of never-written memory
+finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads;
+filtered to the candidate's kernels it does not see the writes of the kernels it skips, so a
+correct candidate reading what PyTorch wrote fails (both CUDA twins of controls/cuda/g11_* did). Reads of never-written memory
 that reach the output are G08's (fresh-output: sentinel-filled memory). KVERIFY_SANITIZE_ALL=1
 runs all four tools on every kernel (the behaviour before stop 13), initcheck included.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from kverify import engine
 from kverify.gates.base import Context
+from kverify.journal import BUDGET_MARK
 
 GATE, NAME, TOLERANCE_FREE = "G11", "memory-safety", True
 BAND = 4096  # elements on each side of every input
@@ -187,7 +188,7 @@ def start(ctx: Context):
         if o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
         elif o.status == "budget" and not errors:  # the check's budget (Sandbox.budget) came first
-            rec.update(unfinished="cut short by the check's time budget")
+            rec.update(unfinished=f"cut short by {BUDGET_MARK}")
         elif o.status != "ok":
             rec.update(errors=max(errors, 1), first=first[:200] or f"{o.status}: {o.detail[:160]}")
         elif not re.search(r"(ERROR|RACECHECK) SUMMARY", text):
