@@ -6,7 +6,8 @@
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
 # REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo).
-# The audit log (progress, per-row failures) and a tail of it come back.
+# The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
+# the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
 source "$(dirname "$0")/device_common.sh"
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
@@ -25,10 +26,13 @@ J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
 left=$(( ${AUDIT_S:-300} ))
 scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # where the CPU goes
 sampler=$!
+# rows still in flight at the end write their Python stacks here (kverify.audit.STACK_ENV)
+export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
 timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 kill "$sampler" 2>/dev/null
+grep -l "^check of" "$KVERIFY_STACK_DIR"/* 2>/dev/null | xargs -r tar czf "$OUT/stacks.tgz"  # the checks' stacks
 python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL

@@ -604,3 +604,31 @@ def test_a_journalled_field_of_the_wrong_type_is_an_error_naming_line_and_field(
     name = "harness.gpu" if field == "harness" else field
     assert r.returncode == 2 and f"rows.jsonl:2" in r.stderr and f"'{name}'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and committed(tmp_path / "j") == 0
+
+
+def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path):
+    """SIGTERM mid-audit: the log names each row still in flight with its stage and seconds, and
+    with KVERIFY_STACK_DIR set each such check process first writes its Python stacks there (how a
+    slow row on a device is diagnosed); the journal keeps the finished row."""
+    ref = (RELU / "reference.py").read_text()
+    slow = ("import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            "        import time; time.sleep(120)\n        return torch.relu(x)\n")
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps({"id": i, "reference": ref, "candidate": c, "level": 1}) + "\n"
+                         for i, c in (("ex/fast", (RELU / "correct.py").read_text()), ("ex/slow", slow))))
+    j, stacks = tmp_path / "j.sqlite", tmp_path / "stacks"
+    stacks.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "kverify", "audit", str(f), "--journal", str(j), "--device", "cpu",
+                          "--gates", "G01", "--jobs", "2", "--compile-jobs", "0"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "KVERIFY_STACK_DIR": str(stacks)})
+    deadline = time.monotonic() + 300
+    while committed(j) < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=60)[1]
+    assert committed(j) == 1
+    assert "in flight when the audit stopped: ex/slow (check for " in err, err
+    dumps = [d.read_text() for d in stacks.iterdir()]
+    slow_dump = next((d for d in dumps if d.startswith("check of ex/slow")), "")
+    assert "File " in slow_dump and "check" in slow_dump, dumps

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from kverify.examples import ROOT
 
@@ -161,6 +162,43 @@ def test_a_check_budget_cut_is_error_not_a_finding(tmp_path):
     assert rep["standard"]["verdict"] == "ERROR" and "time budget" in rep["standard"]["summary"]
     with pytest.raises(UsageError):
         check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01"], budget=0.0)
+
+
+def test_the_budget_bounds_the_parents_oracle_runs(monkeypatch):
+    """The budget also bounds the parent's work: an oracle run that would start after the deadline
+    is refused (Oracle.limit raises BudgetSpent, a BaseException no `except Exception` around
+    foreign code takes for a failure of the reference), and the gate that needed it is ERROR "not
+    established" naming the budget, never judged and never a crash of the check; a gate that needs
+    no oracle (G04) is judged as usual. The deadline is made to pass right after the check's
+    first oracle run (the candidate's own budget, 300 s, is far off), so nothing depends on timing."""
+    import time
+
+    from kverify import problem
+    from kverify.check import check
+    from kverify.errors import BudgetSpent
+    from kverify.journal import cut_by_budget
+
+    ref = (RELU / "reference.py").read_text()
+    p = problem.Problem(ref, "reference.py", 1e-2)
+    o = problem.Oracle(p, 0, "cpu")
+    x = [torch.ones(3)]
+    o.limit(time.monotonic() + 60, 60.0)
+    o.run(x)  # before the deadline: runs
+    o.limit(time.monotonic() - 1, 7.0)
+    with pytest.raises(BudgetSpent, match=r"time budget \(7 s\)"):
+        o.run(x)
+    with pytest.raises(BudgetSpent):
+        o.run_fp64(x)
+
+    real_limit = problem.Oracle.limit
+    monkeypatch.setattr(problem.Oracle, "limit", lambda self, deadline, budget: real_limit(self, time.monotonic(), budget))
+    c = RELU / "correct.py"
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G02", "G04"], budget=300.0,
+                standard=False)
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert by["G02"]["verdict"] == "ERROR" and "oracle" in by["G02"]["summary"], by["G02"]
+    assert cut_by_budget(by["G02"]["verdict"], by["G02"]["summary"]) and "(300 s)" in by["G02"]["summary"]
+    assert by["G04"]["verdict"] == "PASS", by["G04"]
 
 
 def test_a_finding_made_before_the_budget_ran_out_stands():

@@ -18,14 +18,19 @@ extension of the candidate fails to build here (the row's reason holds the compi
 also when the candidate catches the failure and falls back to PyTorch: the kernel under audit then
 never ran); UNJUDGED when the row cannot be judged (its reference or candidate does not load, or
 kverify failed), with the reason.
+
+An interrupted audit (Ctrl-C, SIGTERM) logs the rows in flight, with their stage and seconds so
+far; with KVERIFY_STACK_DIR set it first has them write their Python stacks there (STACK_ENV).
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import math
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -40,6 +45,10 @@ from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import CLASSES, FAULT_PREFIX, Journal, cut_by_budget
 
+#: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
+#: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
+#: before it ends them (diagnosis of slow rows on a device; unset: no handler, no signal)
+STACK_ENV = "KVERIFY_STACK_DIR"
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
@@ -295,6 +304,12 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
         os.environ.setdefault(var, str(opts.get("threads", 1)))
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
+    stacks = os.environ.get(STACK_ENV)
+    if stacks:  # diagnosis: SIGUSR1 writes this process's Python stacks (all threads) to a file there
+        f = open(Path(stacks) / f"{stage}-{os.getpid()}.txt", "w")  # noqa: SIM115 — open until the process ends
+        f.write(f"{stage} of {row.get('id')}\n")
+        f.flush()
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
     res = (*res, cpu_seconds())  # this row's processes: the check or build and everything it waited for
@@ -519,6 +534,18 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
                            note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s" + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))
     finally:
+        if running:  # interrupted: say what was in flight, and where (STACK_ENV), before ending it
+            now = time.monotonic()
+            log("in flight when the audit stopped: " + "; ".join(
+                f"{r[2]['id']} ({r[1]} for {now - r[5]:.0f} s" + (f", GPU {r[4]})" if r[4] is not None else ")")
+                for r in running.values()))
+            if os.environ.get(STACK_ENV):
+                for p, *_ in running.values():
+                    try:
+                        os.kill(p.pid, signal.SIGUSR1)
+                    except OSError:
+                        pass
+                time.sleep(2.0)  # faulthandler writes at once; leave it time under load
         for p, *_ in running.values():
             p.kill()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,7 +20,7 @@ import torch
 
 from kverify import _core
 from kverify._internal import cpu_seconds, cuda_schedule
-from kverify.errors import LoadError, UsageError
+from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import Context
 from kverify.problem import Oracle, Problem
@@ -57,10 +57,24 @@ def resolve_gates(spec: str | None) -> list[str]:
 
 
 
+def _not_established(mod, detail: str) -> dict:
+    """ERROR record of a gate the check's budget left unestablished (``detail`` names the budget)."""
+    return _result(mod, "ERROR", "not established: " + detail, {"detail": detail})
+
+
 def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) -> None:
     """Judge gate ``g`` from its jobs' outcomes into results[g]: CRASH / TIMEOUT / ERROR /
     UNSUPPORTED from the outcomes, else the gate's own rule; a kverify fault is ERROR, and so is a
-    job the check's budget cut short (a gate with judge_outcomes judges those itself)."""
+    job the check's budget cut short (a gate with judge_outcomes judges those itself) or an oracle
+    run the budget refused (BudgetSpent, Oracle.limit)."""
+    try:
+        _judge_outcomes(ctx, g, plan, outcomes, results)
+    except BudgetSpent as e:
+        results[g] = _not_established(GATES[g], str(e))
+
+
+def _judge_outcomes(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) -> None:
+    """_judge_gate's body (BudgetSpent passes through)."""
     mod = GATES[g]
     mine = {j["id"]: outcomes[j["id"]] for j in plan}
     budget = next((o for o in mine.values() if o.status == "budget"), None)
@@ -77,7 +91,7 @@ def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) ->
             results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
                                  {"traceback": traceback.format_exc()[-2000:]})
         if results[g] is None:
-            results[g] = _result(mod, "ERROR", "not established: " + budget.detail, {"detail": budget.detail})
+            results[g] = _not_established(mod, budget.detail)
         return
     if getattr(mod, "judge_outcomes", None):  # the gate judges crashes per job itself (G05)
         try:
@@ -112,8 +126,10 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
           tolerance: float = 1e-2, standard: bool = True, workdir=None, load_timeout: float = 900.0,
           budget: float | None = None) -> dict:
     """Run the gates and the standard test; returns the CheckReport as a dict (core JSON form).
-    ``budget``: seconds for all of the candidate's calls (Sandbox.budget; None: no limit); a gate
-    whose calls it cut short is ERROR (not established), never a finding against the candidate.
+    ``budget``: seconds for all of the candidate's calls (Sandbox.budget; None: no limit) and for
+    starting the parent's oracle runs (Oracle.limit: one started before the deadline runs to its
+    end); a gate whose calls it cut short, or whose oracle it refused, is ERROR (not established),
+    never a finding against the candidate.
 
     Raises:
         LoadError: the reference or the candidate cannot be loaded (names the file and reason).
@@ -164,6 +180,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
         ctx.cpu0 = cpu0
+        ctx.oracle.limit(sandbox.deadline, budget)  # the budget bounds the parent's oracle runs too
         return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
                     split=prestart)
     finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
@@ -237,6 +254,8 @@ def _plan(ctx: Context, g: str, plans: dict, results: dict) -> None:
             results[g] = _result(mod, "N/A", reason)
         else:
             plans[g] = mod.plan(ctx)
+    except BudgetSpent as e:  # the check's budget ran out before planning was done (an oracle run)
+        results[g] = _not_established(mod, str(e))
     except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
         results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
                              {"traceback": traceback.format_exc()[-2000:]})
@@ -269,7 +288,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
         if start is not None:
             try:
                 ctx.background[g] = pool.submit(timed(g, start(ctx)))
-            except Exception:  # noqa: BLE001 — the gate's judge runs start() again and reports it
+            except (Exception, BudgetSpent):  # noqa: BLE001 — the gate's judge runs start() again and reports it
                 pass
 
     def plan_and_run(tag: str, gs: list[str]) -> tuple[dict, dict, dict]:

@@ -4,6 +4,8 @@ an exception is a problem with kverify's input or with kverify itself).
 KverifyError
   LoadError        a reference/candidate file or corpus row cannot be used (names file and reason)
   UsageError       bad command-line or API arguments
+BudgetSpent        (a BaseException) the check's time budget ran out before parent-side work
+                   (an oracle run); kverify.check turns it into a gate ERROR "not established"
 """
 
 
@@ -27,3 +29,13 @@ class LoadError(KverifyError):
 
 class UsageError(KverifyError):
     """Invalid arguments (unknown gate id, bad device, ...)."""
+
+
+class BudgetSpent(BaseException):
+    """The check's time budget (kverify.check.check(budget=...)) was spent before an oracle run.
+
+    A BaseException so that no ``except Exception`` around foreign code (a reference that cannot
+    run at some shape) takes it for a failure of the reference; kverify.check catches it per gate
+    and records the gate as ERROR "not established" with the message, which holds
+    kverify.journal.BUDGET_MARK (so the audit's --redo-budget finds the row).
+    """

@@ -14,13 +14,15 @@ import hashlib
 import math
 import sys
 import threading
+import time
 import types
 from dataclasses import dataclass, field
 
 import torch
 
 from kverify.engine import Dist
-from kverify.errors import LoadError
+from kverify.errors import BudgetSpent, LoadError
+from kverify.journal import BUDGET_MARK
 
 
 #: torch's global RNG and a problem's module globals (its free dimensions) are process-wide state.
@@ -273,6 +275,20 @@ class Oracle:
         self.problem, self.seed, self.device = problem, seed, device
         self._models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
         self.container = "tensor"  #: how the reference returns its outputs (see container())
+        #: time.monotonic() past which run() and run_fp64() raise BudgetSpent (None: no limit), and
+        #: the budget in seconds it came from (for the message); set by limit()
+        self.deadline: float | None = None
+        self.budget: float | None = None
+
+    def limit(self, deadline: float | None, budget: float | None) -> None:
+        """Refuse oracle runs that would start after ``deadline`` (time.monotonic() seconds): the
+        check's budget (kverify.check) bounds the parent's reference runs as the sandbox's deadline
+        bounds the candidate's calls. A run already started is not interrupted."""
+        self.deadline, self.budget = deadline, budget
+
+    def _guard(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise BudgetSpent(f"{BUDGET_MARK} ({self.budget:g} s) was spent before the oracle of this gate ran")
 
     def models(self, binding: dict | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
         """(the reference model at the problem's dtype, its float64 copy) at ``binding`` (None: the
@@ -288,7 +304,9 @@ class Oracle:
     @torch.no_grad()
     def run_fp64(self, inputs: list, binding: dict | None = None, transform=None) -> list:
         """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed
-        through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes)."""
+        through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes).
+        Raises BudgetSpent past the deadline set by limit()."""
+        self._guard()
         xs = [upcast(x) for x in inputs]
         if transform is not None:
             xs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
@@ -300,7 +318,9 @@ class Oracle:
 
     @torch.no_grad()
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
-        """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``."""
+        """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``.
+        Raises BudgetSpent past the deadline set by limit()."""
+        self._guard()
         with STATE_LOCK:  # the model may read its module's free dimensions (or draw) while it runs
             ref, ora = self.models(binding)
             self.problem.bind(binding)
