@@ -14,12 +14,7 @@ Timing: CUDA events, median of REPEAT runs after WARMUP (METHOD.md); inputs are 
 the 60 MB L2, so every run streams from HBM. Extra memory: torch.cuda.max_memory_allocated above
 the inputs, plus for ours the fixed workspace it takes with cudaMallocAsync (reported by the core).
 
-Usage: python bench/compare.py [--gib 2] [--repeat 20] [--prefetch 0,2,4,8] [--stages 0,3,4]
-
---prefetch and --stages time ours once per value of the core's tuning knobs
-KVERIFY_COMPARE_PREFETCH (L2 prefetch distance of the register loop) and KVERIFY_COMPARE_STAGES
-(0: the register loop; 3, 4: the staged cp.async loop with that many slots); each value must give
-the very same result as the default.
+Usage: python bench/compare.py [--gib 2] [--repeat 20] [--prefetch 0,2,4,8]
 """
 from __future__ import annotations
 
@@ -77,13 +72,8 @@ def main():
     ap.add_argument("--prefetch", default="",
                     help="comma-separated L2 prefetch distances to time ours at (KVERIFY_COMPARE_PREFETCH; "
                          "0 = off); default: the core's default only")
-    ap.add_argument("--stages", default="",
-                    help="comma-separated slot counts of the staged loop to time ours at (KVERIFY_COMPARE_STAGES; "
-                         "0 = the register loop); default: the core's default only")
     a = ap.parse_args()
     distances = [int(x) for x in a.prefetch.split(",") if x.strip()] or [None]
-    slots = [int(x) for x in a.stages.split(",") if x.strip()] or [None]
-    knobs = [(d, st) for st in slots for d in distances]
     rows = []
     for dtype, worst in ((torch.float32, False), (torch.bfloat16, False), (torch.float32, True)):
         n = int(a.gib * 2**30) // torch.tensor([], dtype=dtype).element_size()
@@ -108,28 +98,25 @@ def main():
         t_torch = timed(torch_way, c, o, atol, rtol, repeat=a.repeat)
         bytes_in = 2 * n * c.element_size()
         print(f"{dtype}: {changed:.1%} of elements differ from the oracle", flush=True)
-        for dist, st in knobs:
-            for var, val in (("KVERIFY_COMPARE_PREFETCH", dist), ("KVERIFY_COMPARE_STAGES", st)):
-                if val is not None:
-                    os.environ[var] = str(val)
-            assert ours(c, o, atol, rtol) == s, f"prefetch {dist} / stages {st} changed the result"
+        for dist in distances:
+            if dist is not None:
+                os.environ["KVERIFY_COMPARE_PREFETCH"] = str(dist)
+                assert ours(c, o, atol, rtol) == s, "the prefetch distance changed the result"
             t_ours = timed(ours, c, o, atol, rtol, repeat=a.repeat)
-            name = (str(dtype).replace("torch.", "") + (" worst" if worst else "") + (f" pf{dist}" if dist is not None else "")
-                    + (f" s{st}" if st is not None else ""))
+            name = str(dtype).replace("torch.", "") + (" worst" if worst else "") + (f" pf{dist}" if dist is not None else "")
             rows.append((name, n, t_ours, t_torch, bytes_in,
                          peak_extra(ours, c, o, atol, rtol) + _core.compare_workspace_bytes(n),
                          peak_extra(torch_way, c, o, atol, rtol)))
         os.environ.pop("KVERIFY_COMPARE_PREFETCH", None)
-        os.environ.pop("KVERIFY_COMPARE_STAGES", None)
         del o, c
         torch.cuda.empty_cache()
     print(f"device: {torch.cuda.get_device_name()}  (each tensor {a.gib:g} GiB; median of {a.repeat})")
-    print(f"{'dtype':18} {'elements':>12} {'ours ms':>9} {'torch ms':>9} {'ours TB/s':>10} {'torch TB/s':>11} "
+    print(f"{'dtype':15} {'elements':>12} {'ours ms':>9} {'torch ms':>9} {'ours TB/s':>10} {'torch TB/s':>11} "
           f"{'ratio':>6} {'ours extra':>11} {'torch extra':>12}")
     ratios = []
     for name, n, to, tt, b, mo, mt in rows:
         ratios.append(tt / to)
-        print(f"{name:18} {n:12d} {to*1e3:9.3f} {tt*1e3:9.3f} {b/to/1e12:10.2f} {b/tt/1e12:11.2f} {tt/to:6.2f}x "
+        print(f"{name:15} {n:12d} {to*1e3:9.3f} {tt*1e3:9.3f} {b/to/1e12:10.2f} {b/tt/1e12:11.2f} {tt/to:6.2f}x "
               f"{mo/2**10:9.1f}KiB {mt/2**30:10.2f}GiB")
     print(f"geometric mean ratio: {statistics.geometric_mean(ratios):.2f}x (worst-case row included)")
 

@@ -160,98 +160,7 @@ __device__ __forceinline__ void prefetch_l2(const TensorView& c, const TensorVie
 #endif
 }
 
-/// Register loop of the vector path: two steps in flight in registers (the loads of step
-/// k + stride are issued before step k is measured); with prefetch = D > 0, L2 is asked for step
-/// k + D * stride as well (each warp's steps are consecutive, so lane 0 of a warp prefetches for
-/// all 32 threads).
 template <DType TC, DType TO>
-__device__ __forceinline__ void register_loop(Running& r, const TensorView& c, const TensorView& o, const compare::Bound& b,
-                                              int64_t tid, int64_t stride, int64_t steps, int prefetch) {
-  constexpr int H = kHalves<TC, TO>;
-  uint4 ca[kVecs<TC, H>], oa[kVecs<TO, H>], cb[kVecs<TC, H>], ob[kVecs<TO, H>];
-  int64_t k = tid;
-  const int64_t ahead = static_cast<int64_t>(prefetch) * stride;
-  if (prefetch > 0)
-    for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, steps);
-  if (k < steps) { load_step<TC, H>(c.data, k, ca); load_step<TO, H>(o.data, k, oa); }
-  while (k < steps) {
-    int64_t next = k + stride;
-    if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
-    if (next < steps) { load_step<TC, H>(c.data, next, cb); load_step<TO, H>(o.data, next, ob); }
-    step_chunks<TC, TO, H>(r, ca, oa, c, o, k, b);
-    k = next;
-    if (k >= steps) break;
-    next = k + stride;
-    if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
-    if (next < steps) { load_step<TC, H>(c.data, next, ca); load_step<TO, H>(o.data, next, oa); }
-    step_chunks<TC, TO, H>(r, cb, ob, c, o, k, b);
-    k = next;
-  }
-}
-
-/// 16-byte asynchronous copy global -> shared that bypasses L1 (cp.async.cg, sm_80 and later;
-/// PTX ISA, "Data Movement and Conversion Instructions: cp.async"). The copies of one thread
-/// become visible to that thread after cp.async.wait_group; nothing here crosses threads.
-__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-/// Bytes of dynamic shared memory the staged loop of a pair needs per block: S slots of one step
-/// (both tensors) for each of the kThreads threads.
-template <DType TC, DType TO, int S>
-constexpr size_t kStageBytes = static_cast<size_t>(S) * (kVecs<TC, kHalves<TC, TO>> + kVecs<TO, kHalves<TC, TO>>) * kThreads * 16;
-
-/// Staged loop of the vector path: each thread keeps S of its steps in flight through shared
-/// memory (cp.async, one group per step), three or four times the bytes the register loop keeps
-/// in flight, with no more registers: the step measured is read from its slot with 16-byte
-/// shared loads, then the slot is refilled with the step S strides ahead. Each thread reads only
-/// the slots it filled, so no barrier is needed. Slot layout [slot][vector][thread] of uint4: a
-/// warp's loads and copies of one vector touch 512 consecutive bytes (no bank conflicts).
-template <DType TC, DType TO, int S>
-__device__ __forceinline__ void staged_loop(Running& r, const TensorView& c, const TensorView& o, const compare::Bound& b,
-                                            int64_t tid, int64_t stride, int64_t steps) {
-  constexpr int H = kHalves<TC, TO>;
-  constexpr int VC = kVecs<TC, H>, VO = kVecs<TO, H>, V = VC + VO;
-  extern __shared__ uint4 stage_slots[];
-  uint4* mine = stage_slots + threadIdx.x;
-  auto fill = [&](int64_t k, int slot) {  // one group per step, empty past the end (uniform counting)
-    if (k < steps) {
-      const uint4* pc = reinterpret_cast<const uint4*>(static_cast<const char*>(c.data) + k * H * kChunk * type_bytes<TC>());
-      const uint4* po = reinterpret_cast<const uint4*>(static_cast<const char*>(o.data) + k * H * kChunk * type_bytes<TO>());
-      uint4* dst = mine + slot * V * kThreads;
-#pragma unroll
-      for (int v = 0; v < VC; ++v) cp_async16(dst + v * kThreads, pc + v);
-#pragma unroll
-      for (int v = 0; v < VO; ++v) cp_async16(dst + (VC + v) * kThreads, po + v);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < S; ++s) fill(tid + s * stride, s);
-  int slot = 0;
-  for (int64_t k = tid; k < steps; k += stride) {
-    cp_async_wait<S - 1>();  // this step's group (the oldest of the S in flight) has landed
-    uint4 qc[VC], qo[VO];
-    const uint4* src = mine + slot * V * kThreads;
-#pragma unroll
-    for (int v = 0; v < VC; ++v) qc[v] = src[v * kThreads];
-#pragma unroll
-    for (int v = 0; v < VO; ++v) qo[v] = src[(VC + v) * kThreads];
-    step_chunks<TC, TO, H>(r, qc, qo, c, o, k, b);
-    fill(k + S * stride, slot);  // the slot just read: its values were used above
-    slot = slot + 1 == S ? 0 : slot + 1;
-  }
-  cp_async_wait<0>();  // only empty groups can remain; leave nothing in flight
-}
-
-/// The fused compare kernel. S = 0: the register loop; S > 0: the staged loop with S slots
-/// (needs kStageBytes<TC, TO, S> of dynamic shared memory).
-template <DType TC, DType TO, int S>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
                                                           int prefetch, CompareStats* partials) {
   KV_SHARED_STATS(sh);
@@ -264,8 +173,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(T
   if (vector_path) {
     constexpr int H = kHalves<TC, TO>;
     const int64_t chunks = n / kChunk, steps = chunks / H;
-    if constexpr (S > 0) staged_loop<TC, TO, S>(r, c, o, b, tid, stride, steps);
-    else register_loop<TC, TO>(r, c, o, b, tid, stride, steps, prefetch);
+    // Two steps in flight in registers: the loads of step k + stride are issued before step k
+    // is measured; with prefetch = D > 0, L2 is asked for step k + D * stride as well (each warp's
+    // steps are consecutive, so lane 0 of a warp prefetches for all 32 threads).
+    uint4 ca[kVecs<TC, H>], oa[kVecs<TO, H>], cb[kVecs<TC, H>], ob[kVecs<TO, H>];
+    int64_t k = tid;
+    const int64_t ahead = static_cast<int64_t>(prefetch) * stride;
+    if (prefetch > 0)
+      for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, steps);
+    if (k < steps) { load_step<TC, H>(c.data, k, ca); load_step<TO, H>(o.data, k, oa); }
+    while (k < steps) {
+      int64_t next = k + stride;
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
+      if (next < steps) { load_step<TC, H>(c.data, next, cb); load_step<TO, H>(o.data, next, ob); }
+      step_chunks<TC, TO, H>(r, ca, oa, c, o, k, b);
+      k = next;
+      if (k >= steps) break;
+      next = k + stride;
+      if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
+      if (next < steps) { load_step<TC, H>(c.data, next, ca); load_step<TO, H>(o.data, next, oa); }
+      step_chunks<TC, TO, H>(r, cb, ob, c, o, k, b);
+      k = next;
+    }
     if constexpr (H == 2) {
       // An odd chunk count leaves chunk 2 * steps: measured as one chunk (the cut the CPU loop
       // makes too), by one thread, after all its steps and before its scalar tail (indices increase).
@@ -310,44 +239,6 @@ int prefetch_distance() {
   return d < 0 ? 0 : (d > 64 ? 64 : d);
 }
 
-/// Slots per thread of the staged loop: KVERIFY_COMPARE_STAGES (a tuning knob for
-/// bench/compare.py --stages): 3 or 4; 0 (or any other value) the register loop; unset:
-/// kDefaultStages.
-constexpr int kDefaultStages = 0;
-int stage_count() {
-  const char* v = std::getenv("KVERIFY_COMPARE_STAGES");
-  const int d = (v == nullptr || *v == '\0') ? kDefaultStages : std::atoi(v);
-  return d == 3 || d == 4 ? d : 0;
-}
-
-/// Launch compare_kernel<TC, TO, S> and its fold on stream s, partials in a workspace taken with
-/// cudaMallocAsync. Returns false (nothing launched) when S > 0 and fewer than two blocks of the
-/// staged kernel fit on one SM (its shared memory), so the caller takes the register loop.
-template <DType TC, DType TO, int S>
-bool launch(const TensorView& c, const TensorView& o, const compare::Bound& b, bool vector_path, cudaStream_t s,
-            CompareStats* result) {
-  constexpr size_t smem = S > 0 ? kStageBytes<TC, TO, S> : 0;
-  if constexpr (S > 0)
-    KV_CUDA_CHECK("compare shared memory", cudaFuncSetAttribute(compare_kernel<TC, TO, S>,
-                                                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  int resident = 0;  // blocks of this kernel that fit on one SM at once: one wave of a persistent grid
-  KV_CUDA_CHECK("compare occupancy",
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, compare_kernel<TC, TO, S>, kThreads, smem));
-  if (S > 0 && resident < 2) return false;
-  const int64_t n = c.numel();
-  constexpr int kStep = kHalves<TC, TO> * kChunk;  // elements per step of the vector loop
-  const int grid = grid_for(vector_path ? (n + kStep - 1) / kStep : n, resident < 1 ? 1 : (resident > 4 ? 4 : resident));
-  CompareStats* ws = nullptr;
-  KV_CUDA_CHECK("compare workspace", cudaMallocAsync(&ws, (grid + 1) * sizeof(CompareStats), s));
-  compare_kernel<TC, TO, S><<<grid, kThreads, smem, s>>>(c, o, b, vector_path, prefetch_distance(), ws);
-  KV_CUDA_CHECK("compare launch", cudaGetLastError());
-  fold_kernel<<<1, kThreads, 0, s>>>(ws, grid, ws + grid);
-  KV_CUDA_CHECK("compare fold launch", cudaGetLastError());
-  KV_CUDA_CHECK("compare readback", cudaMemcpyAsync(result, ws + grid, sizeof(CompareStats), cudaMemcpyDeviceToHost, s));
-  KV_CUDA_CHECK("compare free", cudaFreeAsync(ws, s));
-  return true;
-}
-
 template <DType TC, DType TO>
 CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound& b, cudaStream_t s) {
   const int64_t n = c.numel();
@@ -355,10 +246,19 @@ CompareStats run(const TensorView& c, const TensorView& o, const compare::Bound&
   if (n == 0) return result;
   const bool aligned = (reinterpret_cast<uintptr_t>(c.data) % 16 == 0) && (reinterpret_cast<uintptr_t>(o.data) % 16 == 0);
   const bool vector_path = aligned && c.is_contiguous() && o.is_contiguous();
-  const int stages = vector_path ? stage_count() : 0;
-  const bool done = (stages == 4 && launch<TC, TO, 4>(c, o, b, vector_path, s, &result)) ||
-                    (stages == 3 && launch<TC, TO, 3>(c, o, b, vector_path, s, &result));
-  if (!done) launch<TC, TO, 0>(c, o, b, vector_path, s, &result);
+  int resident = 0;  // blocks of this kernel that fit on one SM at once: one wave of a persistent grid
+  KV_CUDA_CHECK("compare occupancy",
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, compare_kernel<TC, TO>, kThreads, 0));
+  constexpr int kStep = kHalves<TC, TO> * kChunk;  // elements per step of the vector loop
+  const int grid = grid_for(vector_path ? (n + kStep - 1) / kStep : n, resident < 1 ? 1 : (resident > 4 ? 4 : resident));
+  CompareStats* ws = nullptr;
+  KV_CUDA_CHECK("compare workspace", cudaMallocAsync(&ws, (grid + 1) * sizeof(CompareStats), s));
+  compare_kernel<TC, TO><<<grid, kThreads, 0, s>>>(c, o, b, vector_path, prefetch_distance(), ws);
+  KV_CUDA_CHECK("compare launch", cudaGetLastError());
+  fold_kernel<<<1, kThreads, 0, s>>>(ws, grid, ws + grid);
+  KV_CUDA_CHECK("compare fold launch", cudaGetLastError());
+  KV_CUDA_CHECK("compare readback", cudaMemcpyAsync(&result, ws + grid, sizeof(CompareStats), cudaMemcpyDeviceToHost, s));
+  KV_CUDA_CHECK("compare free", cudaFreeAsync(ws, s));
   KV_CUDA_CHECK("compare sync", cudaStreamSynchronize(s));
   result.n = n;
   return result;
