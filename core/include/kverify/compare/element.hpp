@@ -89,13 +89,13 @@ struct Running {
   double rel_num = 0.0;
   double rel_den = 1.0;
   /// Flag thresholds of the lean step of 16-bit pairs (step_chunks_lean16), which refreshes them
-  /// after each of its own updates that changed the state (refresh_lean16): f_amax is max_abs_err
-  /// rounded down to float, f_hx the largest float <= rel_num / rel_den (ratio_floor; its
-  /// relative-error test), u2 max_ulp clamped to 0xffff in both 16-bit halves (its ULP test). The
-  /// defaults are those of the initial state. step() does not refresh them: callers run step()
-  /// only after the last chunk (the tail), and stale thresholds describe an earlier, smaller
-  /// state, so they only make the flags more eager (all grow with the state).
-  float f_amax = 0.0f, f_hx = 0.0f;
+  /// after each of its own updates (refresh_lean16): f_amax is max_abs_err rounded down to float,
+  /// f_h the factor h of its relative-error test |d| > h * |o| (lean16_factor), u2 max_ulp
+  /// clamped to 0xffff in both 16-bit halves (its ULP test). The defaults are those of the
+  /// initial state. step() does not refresh them: callers run step() only after the last chunk
+  /// (the tail), and stale thresholds describe an earlier, smaller state, so they only make the
+  /// flags more eager (all grow with the state).
+  float f_amax = 0.0f, f_h = 0.0f;
   uint32_t u2 = 0;
 };
 
@@ -311,46 +311,25 @@ KV_HD uint32_t vmax3_u16x2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
-/// The largest float hx <= rn / rd in exact arithmetic (+Inf when rd = 0: no element can beat an
-/// infinite relative error), for rd a magnitude of a 16-bit value (at most 11 significant bits)
-/// and rn >= 0: then hx * rd is exact in fp64 (at most 35 significant bits), so the check below
-/// is exact. hx equals the ratio whenever the ratio is a float (the fp64 quotient is then exact
-/// and converts exactly). The relative-error flag of step_chunks_lean16 needs hx <= the ratio.
-KV_HD float ratio_floor(double rn, double rd) {
-  if (!(rd > 0.0)) return INFINITY;
-  float h = static_cast<float>(rn / rd);  // within an ulp of the ratio (+Inf past FLT_MAX)
-  while (static_cast<double>(h) * rd > rn) h = nextafterf(h, 0.0f);  // at most a step or two; 0 * rd <= rn ends it
-  return h;
-}
-
-/// Whether the sign bit of x is set (-0 and negative values; x not NaN): an integer test on the
-/// bits, so -0 counts, unlike x < 0.
-KV_HD bool sign_set(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_int(x) < 0;
-#else
-  return std::signbit(x);
-#endif
+/// The factor h of the lean 16-bit relative-error flag |d| > fl(h * |o|) (step_chunks_lean16) for
+/// the state in `r`: the float rounded down from h_rel * (1 - 2^-11), h_rel = rel_num / rel_den
+/// the largest relative error (+Inf when rel_den = 0: no element can beat an infinite relative
+/// error). The margin (1 - 2^-11) absorbs the rounding of the two fp64 operations; so
+/// h <= (1 - 2^-12) * h_rel in exact arithmetic, which is what the proof in step_chunks_lean16 needs.
+template <DType TC, DType TO>
+KV_HD float lean16_factor(const Running& r) {
+  constexpr double kMargin = 1.0 - 1.0 / 2048.0;
+  return float_down(r.rel_den > 0.0 ? r.rel_num / r.rel_den * kMargin : static_cast<double>(INFINITY));
 }
 
 /// Refresh the flag thresholds of the lean 16-bit step after the state changed.
 template <DType TC, DType TO>
 KV_HD void refresh_lean16(Running& r) {
   r.f_amax = float_down(r.s.max_abs_err);
-  r.f_hx = ratio_floor(r.rel_num, r.rel_den);
+  r.f_h = lean16_factor<TC, TO>(r);
   const uint32_t u = r.s.max_ulp > 0xffffull ? 0xffffu : static_cast<uint32_t>(r.s.max_ulp);
   r.u2 = u | (u << 16);
 }
-
-/// `#pragma unroll 1` on the GPU: the rare loops of the lean 16-bit step stay loops. Unrolled (the
-/// compiler's choice), their code sat between the pieces of the hot loop and the hot loop no longer
-/// fitted the instruction cache: on the H200 the bf16 kernel's warps stalled on instruction fetch
-/// (ncu: 45-60% of the cycles between issues) while memory and pipes were far from busy.
-#if defined(__CUDA_ARCH__)
-#define KV_ROLLED _Pragma("unroll 1")
-#else
-#define KV_ROLLED
-#endif
 
 /// Rare part of step_chunks_lean16 (some chunk is a fallback or flagged): for each of
 /// the kHalves chunks in index order, either the fp64 fallback (step() per element), or the sums,
@@ -365,7 +344,6 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
     const int e0 = h * kChunk;
     const int64_t cbase = base + e0;
     if (fallback[h]) {
-      KV_ROLLED
       for (int e = 0; e < kChunk; ++e) step<TC, TO>(r, cold.c(e0 + e), cold.o(e0 + e), cbase + e, b);
       refresh_lean16<TC, TO>(r);
       continue;
@@ -377,24 +355,16 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
       if (s.first_past_bound == kNoIndex) s.first_past_bound = cbase + lowest_bit(past[h]);
     }
     if (!hit[h]) continue;
-    bool moved = false;
-    KV_ROLLED
     for (int e = 0; e < kChunk; ++e) {  // some maximum may move: step()'s rules, in index order
       const uint64_t cb = cold.c(e0 + e), ob = cold.o(e0 + e);
       const float c = widen16<TC>(cb), o = widen16<TO>(ob);
-      const float errf = fabsf(c - o), aof = fabsf(o);
+      const double err = static_cast<double>(fabsf(c - o)), ao = static_cast<double>(fabsf(o));
+      if (err > s.max_abs_err) { s.max_abs_err = err; s.max_abs_idx = cbase + e; }
+      if (err * r.rel_den > r.rel_num * ao) { r.rel_num = err; r.rel_den = ao; s.max_rel_idx = cbase + e; }
       const uint32_t u = lean_ulp16<TC, TO>(cb, ob, o);
-      // the first pass's three tests for this element alone (each exact or eager, see
-      // step_chunks_lean16; thresholds moved earlier in this chunk are stale, i.e. lower): an
-      // element none of them flags moves no maximum, so most elements of a flagged chunk skip the
-      // fp64 rules below (a flagged chunk is often one that only ties a maximum)
-      if (!((errf > r.f_amax) | sign_set(fmaf(r.f_hx, aof, -errf)) | (u > s.max_ulp))) continue;
-      const double err = static_cast<double>(errf), ao = static_cast<double>(aof);
-      if (err > s.max_abs_err) { s.max_abs_err = err; s.max_abs_idx = cbase + e; moved = true; }
-      if (err * r.rel_den > r.rel_num * ao) { r.rel_num = err; r.rel_den = ao; s.max_rel_idx = cbase + e; moved = true; }
-      if (u > s.max_ulp) { s.max_ulp = u; s.max_ulp_idx = cbase + e; moved = true; }
+      if (u > s.max_ulp) { s.max_ulp = u; s.max_ulp_idx = cbase + e; }
     }
-    if (moved) refresh_lean16<TC, TO>(r);  // the thresholds follow the state (an fp64 division: only when it moved)
+    refresh_lean16<TC, TO>(r);
   }
 }
 
@@ -433,20 +403,14 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
 ///    element (the OR of c ^ o has a sign bit set; +0 vs -0 too) that lane means nothing: the
 ///    chunk's ULP part is then the exact distance of each element (lean_ulp16, from the
 ///    registers) against max_ulp instead. Mixed 16-bit pairs: lean_ulp16 > max_ulp per element.
-///  - relative: the sign bit of fmaf(hx, ao, -err), hx = Running::f_hx (ratio_floor: the largest
-///    float <= h_rel = rel_num / rel_den), err = |d| the measured error, ao = |o|. Safe: step()'s
-///    fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the exact err * rel_den > rel_num * ao
-///    (rounding is monotone), so hx * ao - err <= h_rel * ao - err < 0 exactly. The fma rounds
-///    that exact value once: a negative value rounds to a negative float, or to -0 when it
-///    underflows (IEEE 754 keeps the sign of a nonzero result that rounds to zero), so the sign
-///    bit is set either way; the bit, not `< 0`, is tested for that reason. Tight: an element
-///    that only ties the largest relative error (err * rel_den == rel_num * ao: step()'s strict
-///    `>` keeps the earlier one) gives the exact zero hx * ao - err = 0 whenever h_rel is a float
-///    (then hx = h_rel), which is +0 (IEEE 754: an exact zero sum is +0 in round-to-nearest), so
-///    ties do not flag; on quantized data (a candidate a few ULPs off a bf16 oracle) such ties
-///    are common, and each flagged chunk diverges from its warp into the exact re-walk.
-///    NaN (hx = +Inf, ao = 0: nothing beats an infinite relative error) flags on the CPU (x86's
-///    default NaN is negative) and not on the GPU; either is safe, and the re-walk decides.
+///  - relative: |d| > fl(h * |o|) with h = Running::f_h (lean16_factor). Safe: with E = |c - o|
+///    exact, err = fl32(E) the measured error, ao = |o| and H = h * ao <= (1 - 2^-12) h_rel ao
+///    in exact arithmetic, step()'s fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the
+///    exact err * rel_den > rel_num * ao (rounding is monotone), so err > h_rel * ao >=
+///    H (1 + 2^-12) and err > 0. err is a multiple of 2^-133 (c and o are), so err >= 2^-133. If
+///    H < 2^-137, fl(H) <= 2^-137 < err. Otherwise H 2^-12 >= 2^-149 and err > H + 2^-149, while
+///    fl(H) <= H + 2^-150 (subnormal) or fl(H) <= H (1 + 2^-24) (normal): err > fl(H). Elements
+///    with d = 0 never flag.
 /// The thresholds are those at the start of the call; updates within it only raise them.
 ///
 /// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.cw(j), hot.ow(j) the
@@ -460,7 +424,7 @@ KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold
   constexpr float kTiny = 7.8886091e-31f;  // 2^-100
   constexpr uint32_t kMag = 0x7fff7fffu;   // magnitude bits of one or two packed 16-bit patterns
   constexpr uint32_t kSign = 0x80008000u;  // sign bits of two packed 16-bit patterns
-  const float amax = r.f_amax, hx = r.f_hx;
+  const float amax = r.f_amax, h = r.f_h;
   const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
   const uint32_t u2 = r.u2;
   const uint32_t umax = r.s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(r.s.max_ulp);
@@ -482,7 +446,7 @@ KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold
       se = fmaf(d, d, se);
       sr = fmaf(o, o, sr);
       emax = fmaxf(emax, err);
-      f |= sign_set(fmaf(hx, ao, -err));  // err > hx * ao in exact arithmetic (see above)
+      f |= err > h * ao;
       if constexpr (TC != TO) f |= lean_ulp16<TC, TO>(cb, ob, o) > umax;
       p |= static_cast<unsigned>(err > fmaf(rtol, ao, atol)) << (e - k * kChunk);
     }
