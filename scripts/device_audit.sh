@@ -28,11 +28,13 @@ scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # whe
 sampler=$!
 # rows still in flight at the end write their Python stacks here (kverify.audit.STACK_ENV)
 export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
-timeout -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
+# --foreground: TERM goes to the audit alone (not its process group), which then has its checks
+# write their stacks before it ends them
+timeout --foreground -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 kill "$sampler" 2>/dev/null
-grep -l "^check of" "$KVERIFY_STACK_DIR"/* 2>/dev/null | xargs -r tar czf "$OUT/stacks.tgz"  # the checks' stacks
+tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
 python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL

@@ -606,10 +606,13 @@ def test_a_journalled_field_of_the_wrong_type_is_an_error_naming_line_and_field(
     assert "Traceback" not in r.stderr and committed(tmp_path / "j") == 0
 
 
-def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path):
+@pytest.mark.parametrize("group", [False, True])
+def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group):
     """SIGTERM mid-audit: the log names each row still in flight with its stage and seconds, and
     with KVERIFY_STACK_DIR set each such check process first writes its Python stacks there (how a
-    slow row on a device is diagnosed); the journal keeps the finished row."""
+    slow row on a device is diagnosed); the journal keeps the finished row. ``group``: TERM to the
+    whole process group, as GNU timeout sends it: the audit's second TERM must not cut its account
+    short (the checks, killed by theirs, leave no stacks)."""
     ref = (RELU / "reference.py").read_text()
     slow = ("import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
             "        import time; time.sleep(120)\n        return torch.relu(x)\n")
@@ -621,14 +624,19 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "kverify", "audit", str(f), "--journal", str(j), "--device", "cpu",
                           "--gates", "G01", "--jobs", "2", "--compile-jobs", "0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "KVERIFY_STACK_DIR": str(stacks)})
+                         env={**os.environ, "KVERIFY_STACK_DIR": str(stacks)}, start_new_session=group)
     deadline = time.monotonic() + 300
     while committed(j) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
+    if group:
+        os.killpg(p.pid, signal.SIGTERM)
+    else:
+        p.send_signal(signal.SIGTERM)
     err = p.communicate(timeout=60)[1]
-    assert committed(j) == 1
+    assert p.returncode == 130 and committed(j) == 1, err
     assert "in flight when the audit stopped: ex/slow (check for " in err, err
+    if group:
+        return
     dumps = [d.read_text() for d in stacks.iterdir()]
     slow_dump = next((d for d in dumps if d.startswith("check of ex/slow")), "")
     assert "File " in slow_dump and "check" in slow_dump, dumps

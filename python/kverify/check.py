@@ -22,7 +22,8 @@ from kverify import _core
 from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
-from kverify.gates.base import Context
+from kverify import engine
+from kverify.gates.base import SMALL_INPUTS, Context, accuracy_run, spec_numel
 from kverify.problem import Oracle, Problem
 from kverify.sandbox import Sandbox
 
@@ -175,18 +176,64 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         specs = problem.input_specs(seed)
         ctx = Context(problem, specs, device, seed, Oracle(problem, seed, device), timeout=timeout)
         try:  # the reference itself must run at its own shape, or nothing can be judged
-            ctx.expected(ctx.job("run", "G01"))
+            ctx.expected(ctx.job("run", "G01", own=True))
         except Exception as e:  # noqa: BLE001
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
         ctx.cpu0 = cpu0
         ctx.oracle.limit(sandbox.deadline, budget)  # the budget bounds the parent's oracle runs too
+        ctx.gate_shape = _gate_shape(ctx, sandbox, gate_ids)
         return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
                     split=prestart)
     finally:  # on any exit (a load error, Ctrl-C): stop what still runs in the background
         sandbox.cancel()
         pool.shutdown(wait=True)
         sandbox.cleanup()
+
+
+#: gates that run at the problem's own shape whatever Context.binding is (G05: its own shapes)
+OWN_SHAPE_GATES = ("G01", "G02", "G05")
+
+
+def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
+    """Choose the shape the gates other than OWN_SHAPE_GATES run at (sets ctx.binding) and say
+    why: {"binding": {...} | None, "why": str}. DESIGN.md: gates run at small, odd shapes by
+    default. When the problem's inputs exceed gates.base.SMALL_INPUTS elements and the reference
+    runs at a smaller binding (Context.small_binding), the candidate is probed there once, in its
+    own worker: only if it returns outputs that pass G02's accuracy rule there do the gates use
+    that shape. A candidate made for the own shape alone (it raises, or computes something else,
+    at other sizes) keeps the gates at the own shape, where they test it as accepted; its shape
+    limits are G05's to judge. The probe counts towards the check's budget; a budget spent before
+    it ends, or any failure of kverify's own, keeps the own shape too."""
+    if not any(g not in OWN_SHAPE_GATES for g in gate_ids):
+        return {"binding": None, "why": "no gate runs at another shape"}
+    if spec_numel(ctx.specs) <= SMALL_INPUTS:
+        return {"binding": None, "why": f"the inputs are small already ({spec_numel(ctx.specs)} elements)"}
+    if not ctx.problem.dims:
+        return {"binding": None, "why": "the problem has no free dimension"}
+    try:
+        b = ctx.small_binding()
+        if b is None:
+            return {"binding": None, "why": "the reference runs at no smaller shape"}
+        job = ctx.job_at("run", "probe", b, ctx.specs_at(b))
+        o = sandbox.run([job], tag="probe")[0]
+        if o.status != "ok":
+            return {"binding": None, "why": f"probe at {b}: {o.status}: {o.detail[:200]}"}
+        if "error" in o.result or "exception" in o.result:
+            what = o.result.get("exception") or o.result["error"].strip().splitlines()[-1]
+            return {"binding": None, "why": f"probe at {b}: the candidate raised {what[:200]}"}
+        oracle, ref = ctx.expected(job)
+        run, bad = accuracy_run(job, o.result, oracle, ref)
+        verdict = engine.judge("G02", {"runs": [run]})["verdict"] if run is not None else "FAIL"
+        if bad or verdict != "PASS":
+            return {"binding": None, "why": f"probe at {b}: not accurate there ({bad or 'G02 rule: ' + verdict})"}
+    except BudgetSpent as e:
+        return {"binding": None, "why": f"probe not finished: {e}"}
+    except Exception as e:  # noqa: BLE001 — kverify's own fault: the own shape is always safe
+        return {"binding": None, "why": f"probe failed in kverify: {type(e).__name__}: {e}"[:300]}
+    ctx.binding = b
+    return {"binding": b, "why": f"the candidate is accurate at {b} (G02's rule), inputs "
+                                 f"{spec_numel(ctx.specs_at(b))} elements instead of {spec_numel(ctx.specs)}"}
 
 
 MAIN_WORKER = "gates"
@@ -330,6 +377,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
     report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
               "gates": [results[g] for g in gate_ids], "standard": std,
               "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__,
+                       "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
                        "inputs": [s.to_json() for s in ctx.specs],
                        "seconds": {"setup": round(t_setup - t0, 3),
                                    "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),

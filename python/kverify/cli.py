@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--out", default="results/audit", help="output folder (default results/audit)")
     rp.set_defaults(func=cmd_report, timeout=1.0, load_timeout=1.0)
     # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _terminate)
     a = None
     try:
         a = ap.parse_args(argv)
@@ -203,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
             if a is not None and a.func is cmd_audit else "no worker is left running"
         Console(stderr=True).print(f"kverify: interrupted; {what}", highlight=False, soft_wrap=True)
         return 130
+
+
+def _terminate(*_) -> None:
+    """SIGTERM handler: unwind like Ctrl-C, once. Later TERMs are ignored, so the unwinding (the
+    audit's account of its rows in flight, killing its processes) is not cut short: GNU timeout,
+    for one, sends TERM to the command and then to its whole process group."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

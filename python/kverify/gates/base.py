@@ -17,13 +17,19 @@ import torch
 from kverify import engine
 from kverify.problem import STATE_LOCK, InputSpec, Oracle, Problem, derive_seed, synthesize
 
+#: inputs (elements) above which the gates look for a smaller shape (Context.small_binding)
+SMALL_INPUTS = 1 << 16
+
 
 @dataclass
 class Context:
     """State of one check.
 
     problem: the reference; specs: input specs at the problem's own shape; device: "cpu"/"cuda";
-    seed: base seed; oracle: fp64 oracle + low-precision reference runner (parent process only).
+    seed: base seed; oracle: fp64 oracle + low-precision reference runner (parent process only);
+    binding: the free dimensions the gates other than G01, G02 and G05 run at (None: the own
+    shape), chosen by kverify.check (a smaller shape where the candidate is accurate, DESIGN.md:
+    "gates run at small, odd shapes by default").
     """
 
     problem: Problem
@@ -37,6 +43,9 @@ class Context:
     timeout: float = 120.0
     #: gate id -> concurrent.futures.Future of the work a gate's start(ctx) put in the background
     background: dict = field(default_factory=dict)
+    binding: dict | None = None
+    #: {"binding", "why"}: the gates' shape and why (kverify.check._gate_shape; report meta.gate_shape)
+    gate_shape: dict | None = None
 
     def background_result(self, gate: str, start) -> dict:
         """The result of gate's background work: the future check() started, or, when nothing was
@@ -47,11 +56,18 @@ class Context:
     def seed_for(self, label: str) -> int:
         return derive_seed(self.seed, label)
 
-    def job(self, kind: str, label: str, specs: list[InputSpec] | None = None, **extra) -> dict:
-        """A job at the problem's own shape with inputs from seed_for(label)."""
-        specs = self.specs if specs is None else specs
-        return {"kind": kind, "id": label, "seed": self.seed_for(label), "binding": None,
+    def job(self, kind: str, label: str, specs: list[InputSpec] | None = None, own: bool = False, **extra) -> dict:
+        """A job at the gates' shape (``binding``; ``own``: the problem's own shape, G01 and G02)
+        with inputs from seed_for(label); ``specs`` default to those of that shape (gate_specs())."""
+        binding = None if own else self.binding
+        if specs is None:
+            specs = self.specs if own else self.gate_specs()
+        return {"kind": kind, "id": label, "seed": self.seed_for(label), "binding": binding,
                 "inputs": [s.to_json() for s in specs], **extra}
+
+    def gate_specs(self) -> list[InputSpec]:
+        """Input specs at the gates' shape (``binding``): the own shape's when it is None."""
+        return self.specs if self.binding is None else self.specs_at(self.binding)
 
     def inputs_of(self, job: dict, seed_key: str = "seed") -> list:
         """The job's inputs regenerated in the parent (same bits as in the worker)."""
@@ -78,19 +94,45 @@ class Context:
                 self.problem.bind(None)
         return self.cache[key]
 
-    def small_binding(self, limit: int = 1 << 16) -> dict | None:
-        """A binding with every free dimension above 64 lowered to 67 (odd, past a 64-wide tile),
-        when the inputs at the problem's own shape exceed ``limit`` elements and the reference
-        runs there; None (own shape) otherwise."""
+    def small_binding(self, limit: int = SMALL_INPUTS) -> dict | None:
+        """A smaller binding of the free dimensions, when the inputs at the problem's own shape
+        exceed ``limit`` elements: every dimension above 64 lowered to 67 (odd, past a 64-wide
+        tile), then, while the inputs still exceed ``limit``, the largest dimension above 9 lowered
+        to max(9, v // 2 | 1) (odd: 67 -> 33 -> 17 -> 9, each past a power-of-two tile). The
+        smallest of these shapes where the reference runs is returned (each tried from the
+        smallest up); None (own shape) when the inputs are small already, the problem has no free
+        dimension, or the reference runs at none of them. Raises BudgetSpent past the check's
+        deadline (Oracle.limit)."""
         if spec_numel(self.specs) <= limit or not self.problem.dims:
             return None
+        key = ("small_binding", limit)
+        if key in self.cache:
+            return self.cache[key]
         b = {k: (67 if v > 64 else v) for k, v in self.problem.dims.items()}
-        try:
-            specs = self.specs_at(b)
-            self.oracle.run(synthesize(specs, self.seed, self.device), b)
-        except Exception:  # noqa: BLE001 — the reference cannot run there: use the own shape
-            return None
-        return b
+        tries = [dict(b)]
+        while True:
+            try:
+                if spec_numel(self.specs_at(b)) <= limit:
+                    break
+            except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop shrinking
+                tries.pop()
+                break
+            big = [k for k in sorted(b) if b[k] > 9]
+            if not big:
+                break
+            k = max(big, key=lambda d: b[d])
+            b[k] = max(9, (b[k] // 2) | 1)
+            tries.append(dict(b))
+        found = None
+        for t in reversed(tries):
+            try:
+                self.oracle.run(synthesize(self.specs_at(t), self.seed, self.device), t)
+            except Exception:  # noqa: BLE001 — the reference cannot run there: try a larger shape
+                continue
+            found = t
+            break
+        self.cache[key] = found
+        return found
 
     def float_inputs(self) -> bool:
         return any(s.kind == "tensor" and s.torch_dtype.is_floating_point for s in self.specs)

@@ -21,13 +21,13 @@ def applies(ctx: Context) -> str | None:
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("run", f"G02/{k}") for k in range(SEEDS)]
+    return [ctx.job("run", f"G02/{k}", own=True) for k in range(SEEDS)]
 
 
 def judge(ctx: Context, results: dict) -> dict:
     runs = []
     for k in range(SEEDS):
-        job = ctx.job("run", f"G02/{k}")
+        job = ctx.job("run", f"G02/{k}", own=True)
         oracle, ref = ctx.expected(job)
         run, bad = accuracy_run(job, results[job["id"]], oracle, ref)
         if bad:

@@ -51,7 +51,7 @@ def applies(ctx: Context) -> str | None:
 
 def _specs(ctx: Context, kinds):
     out = []
-    for s in ctx.specs:
+    for s in ctx.gate_specs():
         if s.kind == "tensor" and s.torch_dtype.is_floating_point:
             density = min(0.05, SPECIALS_PER_TENSOR * len(kinds) / max(s.numel, 1))  # ~4 of each kind
             out.append(replace(s, dist=replace(s.dist, special_density=density, specials=kinds)))

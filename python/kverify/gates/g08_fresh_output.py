@@ -28,7 +28,8 @@ def applies(ctx: Context) -> str | None:
 def _job(ctx: Context) -> dict:
     key = "G08/layouts"
     if key not in ctx.cache:
-        _, ref = ctx.expected(ctx.job("run", "G01"))
+        # the reference's outputs at the gates' shape (G01's own-shape run when that is the shape)
+        _, ref = ctx.expected(ctx.job("run", "G01", own=True) if ctx.binding is None else ctx.job("run", "G08/layouts"))
         ctx.cache[key] = [[list(y.shape), str(y.dtype).replace("torch.", "")] for y in ref if isinstance(y, torch.Tensor)]
     return ctx.job("fresh", "G08", output_layouts=ctx.cache[key], rewrite_seed=ctx.seed_for("G08/rewrite"))
 

@@ -44,15 +44,15 @@ def plan(ctx: Context) -> list[dict]:
 @torch.no_grad()
 def _reference_outputs(ctx: Context, job: dict) -> dict:
     """The low-precision reference under the same perturbations, in the parent (holding
-    STATE_LOCK: it binds the default shape and changes the cached reference's weights for a moment,
+    STATE_LOCK: it binds the job's shape and changes the cached reference's weights for a moment,
     while other threads of the check may run the reference)."""
     with STATE_LOCK:
         return _reference_outputs_locked(ctx, job)
 
 
 def _reference_outputs_locked(ctx: Context, job: dict) -> dict:
-    ref, _ = ctx.oracle.models(None)
-    ctx.problem.bind(None)
+    ref, _ = ctx.oracle.models(job.get("binding"))
+    ctx.problem.bind(job.get("binding"))
     base = ctx.inputs_of(job)
     alt = ctx.inputs_of(job, "alt_seed")
     out = {"base": as_outputs(ref(*base))}

@@ -35,7 +35,7 @@ def _dtype(ctx: Context):
 
 def _specs(ctx: Context, k: float):
     out = []
-    for s in ctx.specs:
+    for s in ctx.gate_specs():
         if s.kind == "tensor" and s.torch_dtype.is_floating_point:
             out.append(replace(s, dist=replace(s.dist, p0=s.dist.p0 * k, p1=s.dist.p1 * k)))
         else:

@@ -1,0 +1,81 @@
+"""The gates' shape (kverify.check._gate_shape): gates other than G01, G02 and G05 run at a smaller
+binding of the free dimensions when the inputs are large and the candidate is accurate there
+(DESIGN.md: "gates run at small, odd shapes by default"), else at the problem's own shape."""
+import pytest
+
+from kverify.check import check
+from kverify.gates.base import SMALL_INPUTS
+
+# a ReLU problem whose inputs (64 x 4099) exceed SMALL_INPUTS elements
+REF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 64
+dim = 4099
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+HEAD = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+CANDIDATES = {
+    "correct": "        return torch.relu(x)\n",
+    # made for the own shape alone: raises elsewhere (as a kernel with hard-coded sizes may)
+    "own_only": "        assert x.shape[1] == 4099, 'built for dim 4099'\n        return torch.relu(x)\n",
+    # silently wrong at any other shape: the probe must see it and keep the own shape
+    "wrong_elsewhere": "        return torch.relu(x) if x.shape[1] == 4099 else torch.relu(x) * 0.5\n",
+    # NaN -> 0: G03 must still catch it at the small shape
+    "nan_to_zero": "        return torch.nan_to_num(torch.relu(x), nan=0.0)\n",
+}
+
+
+def _check(tmp_path, name):
+    c = tmp_path / f"{name}.py"
+    c.write_text(HEAD + CANDIDATES[name])
+    rep = check(REF, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G02", "G03", "G04"])
+    return rep, {g["gate"]: g for g in rep["gates"]}
+
+
+def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tmp_path):
+    assert 64 * 4099 > SMALL_INPUTS
+    rep, by = _check(tmp_path, "correct")
+    shape = rep["meta"]["gate_shape"]
+    assert shape["binding"] == {"batch_size": 64, "dim": 67}, shape
+    assert "accurate" in shape["why"]
+    assert all(g["verdict"] == "PASS" for g in by.values()), by
+    rep, by = _check(tmp_path, "nan_to_zero")
+    assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 67}
+    assert by["G03"]["verdict"] == "FAIL" and by["G03"]["evidence"]["n"] == 64 * 67, by["G03"]  # at the small shape
+
+
+@pytest.mark.parametrize("name,why", [("own_only", "raised"), ("wrong_elsewhere", "not accurate")])
+def test_a_candidate_made_for_its_own_shape_keeps_the_gates_there(tmp_path, name, why):
+    rep, by = _check(tmp_path, name)
+    shape = rep["meta"]["gate_shape"]
+    assert shape["binding"] is None and why in shape["why"], shape
+    assert all(g["verdict"] == "PASS" for g in by.values()), by  # at its own shape it is right
+
+
+def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
+    from kverify.examples import ROOT
+
+    ref = (ROOT / "relu" / "reference.py").read_text()
+    c = ROOT / "relu" / "correct.py"
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G04"])
+    assert rep["meta"]["gate_shape"]["binding"] is None and "small already" in rep["meta"]["gate_shape"]["why"]
+    fixed = REF.replace("batch_size = 64\ndim = 4099\n", "").replace("torch.randn(batch_size, dim)", "torch.randn(64, 4099)")
+    cc = tmp_path / "c.py"
+    cc.write_text(HEAD + CANDIDATES["correct"])
+    rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G04"])
+    assert rep["meta"]["gate_shape"] == {"binding": None, "why": "the problem has no free dimension"}
