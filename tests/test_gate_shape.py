@@ -79,3 +79,22 @@ def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
     cc.write_text(HEAD + CANDIDATES["correct"])
     rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G04"])
     assert rep["meta"]["gate_shape"] == {"binding": None, "why": "the problem has no free dimension"}
+
+
+def test_the_shrink_rule():
+    """shrink_bindings: above 64 -> 67, then the largest above 9 halved to an odd size (ties by
+    name) until the inputs fit; dimensions of 9 or less untouched; a shape get_inputs cannot build
+    ends the list before it."""
+    from kverify.gates.base import shrink_bindings
+
+    numel = lambda b: b["n"] * b["c"] * b["h"]  # noqa: E731
+    tries = shrink_bindings({"n": 128, "c": 3, "h": 40}, numel, 2000)
+    assert tries == [{"n": 67, "c": 3, "h": 40}, {"n": 33, "c": 3, "h": 40}, {"n": 33, "c": 3, "h": 21},
+                     {"n": 17, "c": 3, "h": 21}]  # 8040, 3960, 2079, 1071 elements
+
+    def fragile(b):
+        if b["n"] < 30:
+            raise ValueError("get_inputs needs n >= 30")
+        return numel(b)
+    assert shrink_bindings({"n": 128, "c": 3, "h": 40}, fragile, 2000) == tries[:3]
+    assert shrink_bindings({"n": 8, "c": 3}, lambda b: 10**9, 10) == [{"n": 8, "c": 3}]

@@ -96,33 +96,16 @@ class Context:
 
     def small_binding(self, limit: int = SMALL_INPUTS) -> dict | None:
         """A smaller binding of the free dimensions, when the inputs at the problem's own shape
-        exceed ``limit`` elements: every dimension above 64 lowered to 67 (odd, past a 64-wide
-        tile), then, while the inputs still exceed ``limit``, the largest dimension above 9 lowered
-        to max(9, v // 2 | 1) (odd: 67 -> 33 -> 17 -> 9, each past a power-of-two tile). The
-        smallest of these shapes where the reference runs is returned (each tried from the
-        smallest up); None (own shape) when the inputs are small already, the problem has no free
-        dimension, or the reference runs at none of them. Raises BudgetSpent past the check's
-        deadline (Oracle.limit)."""
+        exceed ``limit`` elements: the smallest of shrink_bindings()'s shapes where the reference
+        runs (tried from the smallest up); None (own shape) when the inputs are small already, the
+        problem has no free dimension, or the reference runs at none of them. Cached per limit.
+        Raises BudgetSpent past the check's deadline (Oracle.limit)."""
         if spec_numel(self.specs) <= limit or not self.problem.dims:
             return None
         key = ("small_binding", limit)
         if key in self.cache:
             return self.cache[key]
-        b = {k: (67 if v > 64 else v) for k, v in self.problem.dims.items()}
-        tries = [dict(b)]
-        while True:
-            try:
-                if spec_numel(self.specs_at(b)) <= limit:
-                    break
-            except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop shrinking
-                tries.pop()
-                break
-            big = [k for k in sorted(b) if b[k] > 9]
-            if not big:
-                break
-            k = max(big, key=lambda d: b[d])
-            b[k] = max(9, (b[k] // 2) | 1)
-            tries.append(dict(b))
+        tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit)
         found = None
         for t in reversed(tries):
             try:
@@ -164,6 +147,31 @@ def shape_problem(cand, oracle) -> str | None:
 
 
 __all__ = ["Context", "values", "value_at", "shape_problem"]
+
+
+def shrink_bindings(dims: dict[str, int], numel_at, limit: int) -> list[dict[str, int]]:
+    """The shapes small_binding tries, largest first: every free dimension above 64 lowered to 67
+    (odd, past a 64-wide tile), then, while ``numel_at(binding)`` (input elements; it may raise:
+    that shape cannot be built, and the shrinking stops before it) exceeds ``limit``, the largest
+    dimension above 9 (ties: by name) lowered to max(9, v // 2 | 1), an odd size past a
+    power-of-two tile (67 -> 33 -> 17 -> 9). Dimensions of 9 or less (kernel sizes, strides,
+    channels of 3) are never changed. Empty when even the first shape cannot be built."""
+    b = {k: (67 if v > 64 else v) for k, v in dims.items()}
+    tries = [dict(b)]
+    while True:
+        try:
+            if numel_at(b) <= limit:
+                break
+        except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop before it
+            tries.pop()
+            break
+        big = [k for k in sorted(b) if b[k] > 9]
+        if not big:
+            break
+        k = max(big, key=lambda d: b[d])
+        b[k] = max(9, (b[k] // 2) | 1)
+        tries.append(dict(b))
+    return tries
 
 
 def spec_numel(specs) -> int:
