@@ -30,7 +30,7 @@ sampler=$!
 export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
 # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
 # write their stacks before it ends them
-timeout --foreground -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
+timeout --foreground -k 60 -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 kill "$sampler" 2>/dev/null

@@ -628,10 +628,10 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group)
     deadline = time.monotonic() + 300
     while committed(j) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    if group:
+    p.send_signal(signal.SIGTERM)
+    if group:  # as GNU timeout does: TERM to the command, then to its whole process group (timing-
+        time.sleep(0.05)  # dependent; test_sigterm_unwinds_once checks the handler itself)
         os.killpg(p.pid, signal.SIGTERM)
-    else:
-        p.send_signal(signal.SIGTERM)
     err = p.communicate(timeout=60)[1]
     assert p.returncode == 130 and committed(j) == 1, err
     assert "in flight when the audit stopped: ex/slow (check for " in err, err
@@ -639,4 +639,19 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group)
         return
     dumps = [d.read_text() for d in stacks.iterdir()]
     slow_dump = next((d for d in dumps if d.startswith("check of ex/slow")), "")
-    assert "File " in slow_dump and "check" in slow_dump, dumps
+    assert "File " in slow_dump and "sandbox.py" in slow_dump, dumps  # its stacks: waiting on its worker
+    assert not any(d.startswith("check of ex/fast") for d in dumps)  # a finished row leaves no file
+
+
+def test_sigterm_unwinds_once():
+    """The CLI's SIGTERM handler raises KeyboardInterrupt and ignores later TERMs, so a second TERM
+    (GNU timeout's to the process group) cannot cut the audit's unwinding short."""
+    from kverify.cli import _terminate
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _terminate(signal.SIGTERM, None)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kverify.check import check as check_fn
 from kverify.examples import ROOT
 
 RELU = ROOT / "relu"
@@ -169,7 +170,7 @@ def test_the_budget_bounds_the_parents_oracle_runs(monkeypatch):
     is refused (Oracle.limit raises BudgetSpent, a BaseException no `except Exception` around
     foreign code takes for a failure of the reference), and the gate that needed it is ERROR "not
     established" naming the budget, never judged and never a crash of the check; a gate that needs
-    no oracle (G04) is judged as usual. The deadline is made to pass right after the check's
+    no reference run in the parent (G07) is judged as usual, while G04's reference runs are refused too. The deadline is made to pass right after the check's
     first oracle run (the candidate's own budget, 300 s, is far off), so nothing depends on timing."""
     import time
 
@@ -193,12 +194,13 @@ def test_the_budget_bounds_the_parents_oracle_runs(monkeypatch):
     real_limit = problem.Oracle.limit
     monkeypatch.setattr(problem.Oracle, "limit", lambda self, deadline, budget: real_limit(self, time.monotonic(), budget))
     c = RELU / "correct.py"
-    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G02", "G04"], budget=300.0,
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G02", "G04", "G07"], budget=300.0,
                 standard=False)
     by = {g["gate"]: g for g in rep["gates"]}
-    assert by["G02"]["verdict"] == "ERROR" and "oracle" in by["G02"]["summary"], by["G02"]
-    assert cut_by_budget(by["G02"]["verdict"], by["G02"]["summary"]) and "(300 s)" in by["G02"]["summary"]
-    assert by["G04"]["verdict"] == "PASS", by["G04"]
+    for g in ("G02", "G04"):
+        assert by[g]["verdict"] == "ERROR" and "oracle" in by[g]["summary"], by[g]
+        assert cut_by_budget(by[g]["verdict"], by[g]["summary"]) and "(300 s)" in by[g]["summary"]
+    assert by["G07"]["verdict"] == "PASS", by["G07"]
 
 
 def test_a_finding_made_before_the_budget_ran_out_stands():
@@ -215,3 +217,31 @@ def test_a_finding_made_before_the_budget_ran_out_stands():
         results = {}
         _judge_gate(SimpleNamespace(), "G04", plan, {"a": first, "b": cut}, results)
         assert results["G04"]["verdict"] == verdict, results
+
+
+@pytest.mark.parametrize("body,verdict", [("        return torch.relu(x) * 0.5\n", "FAIL"),
+                                          ("        return torch.relu(x)\n", "ERROR")])
+def test_a_finding_made_before_the_oracle_was_refused_stands(tmp_path, monkeypatch, body, verdict):
+    """G02 judges seed by seed; when the budget refuses the second seed's oracle, a first seed that
+    already fails is the verdict (with the count of runs judged), otherwise the gate is ERROR, not
+    established (gates.base.judge_partial; also G03, G06, G10, and G05's variants and shrinking)."""
+    import time
+
+    from kverify import problem
+
+    real, calls = problem.Oracle.run, []
+
+    def run(self, *a, **k):  # the check's first oracle run, then G02's first seed; then the deadline passes
+        out = real(self, *a, **k)
+        calls.append(1)
+        if len(calls) == 2:
+            self.deadline, self.budget = time.monotonic() - 1, 300.0
+        return out
+    monkeypatch.setattr(problem.Oracle, "run", run)
+    ref = (RELU / "reference.py").read_text()
+    c = cand(tmp_path, "class ModelNew(nn.Module):\n    def forward(self, x):\n" + body)
+    rep = check_fn(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G02"], standard=False)
+    g = rep["gates"][0]
+    assert g["verdict"] == verdict, g
+    assert ("judged on 1 of 3 runs" in g["summary"]) == (verdict == "FAIL"), g["summary"]
+    assert ("not established" in g["summary"]) == (verdict == "ERROR"), g["summary"]

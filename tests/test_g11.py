@@ -111,7 +111,7 @@ def _run_start(monkeypatch, source: str, outcome_of):
         tool = wrapper[wrapper.index("--tool") + 1]
         used[tool] = wrapper
         return [outcome_of(tool, wrapper)]
-    ctx = SimpleNamespace(device="cuda", small_binding=lambda: None, specs_at=lambda b: [],
+    ctx = SimpleNamespace(device="cuda", binding=None, specs_at=lambda b: [],
                           job_at=lambda kind, label, b, specs: {"kind": kind, "id": label},
                           sandbox=SimpleNamespace(candidate_source=source, run=run))
     return g11.start(ctx)(), used
@@ -147,6 +147,17 @@ def test_a_tool_that_times_out_is_not_a_finding_but_leaves_g11_unestablished(mon
     # twin: every tool finishes clean -> PASS
     s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
     assert _verdict(s)["verdict"] == "PASS"
+
+
+def test_a_call_that_raised_under_a_sanitizer_is_not_clean(monkeypatch, tmp_path):
+    """A sanitized call that raised launched nothing for the tool to see: unfinished (G11 ERROR,
+    not established), never a clean PASS; with a finding it still fails."""
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    s, _ = _run_start(monkeypatch, CUDA_SRC,
+                      lambda tool, w: Outcome("ok", result={"exception": "AssertionError: built for dim 4099"}, log=clean))
+    assert all("raised under the tool" in t["unfinished"] for t in s["tools"]), s
+    r = _verdict(s)
+    assert r["verdict"] == "ERROR", r["summary"]
 
 
 def test_findings_still_fail_g11_even_when_the_run_then_times_out(monkeypatch, tmp_path):

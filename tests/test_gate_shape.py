@@ -40,16 +40,16 @@ CANDIDATES = {
 }
 
 
-def _check(tmp_path, name):
+def _check(tmp_path, name, gates=("G01", "G02", "G03", "G04")):
     c = tmp_path / f"{name}.py"
     c.write_text(HEAD + CANDIDATES[name])
-    rep = check(REF, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G02", "G03", "G04"])
+    rep = check(REF, "reference.py", c.read_text(), str(c), device="cpu", gates=list(gates))
     return rep, {g["gate"]: g for g in rep["gates"]}
 
 
 def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tmp_path):
     assert 64 * 4099 > SMALL_INPUTS
-    rep, by = _check(tmp_path, "correct")
+    rep, by = _check(tmp_path, "correct", gates=[f"G{k:02d}" for k in range(1, 13)])  # every gate, each shape path
     shape = rep["meta"]["gate_shape"]
     assert shape["binding"] == {"batch_size": 64, "dim": 67}, shape
     assert "accurate" in shape["why"]
@@ -72,12 +72,12 @@ def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
 
     ref = (ROOT / "relu" / "reference.py").read_text()
     c = ROOT / "relu" / "correct.py"
-    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G04"])
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G03"])
     assert rep["meta"]["gate_shape"]["binding"] is None and "small already" in rep["meta"]["gate_shape"]["why"]
     fixed = REF.replace("batch_size = 64\ndim = 4099\n", "").replace("torch.randn(batch_size, dim)", "torch.randn(64, 4099)")
     cc = tmp_path / "c.py"
     cc.write_text(HEAD + CANDIDATES["correct"])
-    rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G04"])
+    rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G03"])
     assert rep["meta"]["gate_shape"] == {"binding": None, "why": "the problem has no free dimension"}
 
 
@@ -98,3 +98,21 @@ def test_the_shrink_rule():
         return numel(b)
     assert shrink_bindings({"n": 128, "c": 3, "h": 40}, fragile, 2000) == tries[:3]
     assert shrink_bindings({"n": 8, "c": 3}, lambda b: 10**9, 10) == [{"n": 8, "c": 3}]
+
+
+def test_g06_keeps_the_own_shape_for_its_long_sums(tmp_path):
+    """G06 is not a small-shape gate: an fp16 accumulation defect needs long sums (at a gate shape
+    of 67 it would pass), so it is judged at the own shape even where the other gates go small."""
+    ref = (REF.replace("return torch.relu(x)", "return x.sum(1)")
+           .replace("batch_size = 64\ndim = 4099", "batch_size = 16\ndim = 5000")
+           .replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim).half()"))
+    body = ("        s = torch.zeros(x.shape[0], dtype=x.dtype)\n"
+            "        for j in range(x.shape[1]):\n"
+            "            s = s + x[:, j]  # fp16 running sum\n"
+            "        return s\n")
+    c = tmp_path / "fp16_sum.py"
+    c.write_text(HEAD + body)
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G03", "G06"])
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert rep["meta"]["gate_shape"]["binding"] is not None, rep["meta"]["gate_shape"]  # G03 went small
+    assert by["G06"]["verdict"] == "FAIL", by["G06"]

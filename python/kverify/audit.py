@@ -305,13 +305,20 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
     stacks = os.environ.get(STACK_ENV)
-    if stacks:  # diagnosis: SIGUSR1 writes this process's Python stacks (all threads) to a file there
-        f = open(Path(stacks) / f"{stage}-{os.getpid()}.txt", "w")  # noqa: SIM115 — open until the process ends
-        f.write(f"{stage} of {row.get('id')}\n")
-        f.flush()
-        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+    dump = Path(stacks) / f"{stage}-{os.getpid()}.txt" if stacks else None
+    if dump is not None:  # diagnosis: SIGUSR1 writes this process's Python stacks (all threads) there
+        try:
+            f = open(dump, "w")  # noqa: SIM115 — open until the process ends
+            f.write(f"{stage} of {row.get('id')}\n")
+            f.flush()
+            faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+        except OSError:  # a folder that cannot be written: no dump, the row is checked all the same
+            dump = None
     exit_with_parent()
     res = precompile_row(corpus, row, opts) if stage == "build" else _timed_check(corpus, row, opts)
+    if dump is not None:  # finished: nothing to diagnose
+        faulthandler.unregister(signal.SIGUSR1)
+        dump.unlink(missing_ok=True)
     res = (*res, cpu_seconds())  # this row's processes: the check or build and everything it waited for
     with open(out + ".tmp", "w") as f:
         json.dump(res, f)
@@ -541,6 +548,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 for r in running.values()))
             if os.environ.get(STACK_ENV):
                 for p, *_ in running.values():
+                    if p.exitcode is not None:  # reaped already: its pid may be another process's now
+                        continue
                     try:
                         os.kill(p.pid, signal.SIGUSR1)
                     except OSError:

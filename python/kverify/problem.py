@@ -301,9 +301,12 @@ class Oracle:
         bounds the candidate's calls. A run already started is not interrupted."""
         self.deadline, self.budget = deadline, budget
 
-    def _guard(self) -> None:
+    def check_budget(self) -> None:
+        """Raise BudgetSpent when the deadline set by limit() has passed: called before each oracle
+        run, and by gates before other reference runs of the parent's (G04, G09)."""
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise BudgetSpent(f"{BUDGET_MARK} ({self.budget:g} s) was spent before the oracle of this gate ran")
+            raise BudgetSpent(f"{BUDGET_MARK} ({self.budget:g} s) was spent before an oracle or reference run "
+                              "of this gate")
 
     def models(self, binding: dict | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
         """(the reference model at the problem's dtype, its float64 copy) at ``binding`` (None: the
@@ -321,7 +324,7 @@ class Oracle:
         """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed
         through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes).
         Raises BudgetSpent past the deadline set by limit()."""
-        self._guard()
+        self.check_budget()
         xs = [upcast(x) for x in inputs]
         if transform is not None:
             xs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
@@ -335,7 +338,7 @@ class Oracle:
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``.
         Raises BudgetSpent past the deadline set by limit()."""
-        self._guard()
+        self.check_budget()
         with STATE_LOCK:  # the model may read its module's free dimensions (or draw) while it runs
             ref, ora = self.models(binding)
             self.problem.bind(binding)

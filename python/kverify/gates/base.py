@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kverify import engine
+from kverify.errors import BudgetSpent
 from kverify.problem import STATE_LOCK, InputSpec, Oracle, Problem, derive_seed, synthesize
 
 #: inputs (elements) above which the gates look for a smaller shape (Context.small_binding)
@@ -27,9 +28,9 @@ class Context:
 
     problem: the reference; specs: input specs at the problem's own shape; device: "cpu"/"cuda";
     seed: base seed; oracle: fp64 oracle + low-precision reference runner (parent process only);
-    binding: the free dimensions the gates other than G01, G02 and G05 run at (None: the own
-    shape), chosen by kverify.check (a smaller shape where the candidate is accurate, DESIGN.md:
-    "gates run at small, odd shapes by default").
+    binding: the free dimensions of the gates' small shape (None: the own shape), chosen by
+    kverify.check._gate_shape (a smaller shape where the candidate is accurate); the gates whose
+    jobs ask for it (job(small=True): kverify.check.SMALL_SHAPE_GATES) run there.
     """
 
     problem: Problem
@@ -56,12 +57,12 @@ class Context:
     def seed_for(self, label: str) -> int:
         return derive_seed(self.seed, label)
 
-    def job(self, kind: str, label: str, specs: list[InputSpec] | None = None, own: bool = False, **extra) -> dict:
-        """A job at the gates' shape (``binding``; ``own``: the problem's own shape, G01 and G02)
-        with inputs from seed_for(label); ``specs`` default to those of that shape (gate_specs())."""
-        binding = None if own else self.binding
+    def job(self, kind: str, label: str, specs: list[InputSpec] | None = None, small: bool = False, **extra) -> dict:
+        """A job at the problem's own shape (``small``: at the gates' small shape, ``binding``)
+        with inputs from seed_for(label); ``specs`` default to those of that shape."""
+        binding = self.binding if small else None
         if specs is None:
-            specs = self.specs if own else self.gate_specs()
+            specs = self.gate_specs() if small else self.specs
         return {"kind": kind, "id": label, "seed": self.seed_for(label), "binding": binding,
                 "inputs": [s.to_json() for s in specs], **extra}
 
@@ -96,16 +97,20 @@ class Context:
 
     def small_binding(self, limit: int = SMALL_INPUTS) -> dict | None:
         """A smaller binding of the free dimensions, when the inputs at the problem's own shape
-        exceed ``limit`` elements: the smallest of shrink_bindings()'s shapes where the reference
-        runs (tried from the smallest up); None (own shape) when the inputs are small already, the
-        problem has no free dimension, or the reference runs at none of them. Cached per limit.
+        exceed ``limit`` elements: the smallest of shrink_bindings()'s shapes with at most half the
+        own shape's inputs where the reference runs (tried from the smallest up); None (own shape)
+        when the inputs are small already, the problem has no free dimension, or no such shape
+        runs. Cached per limit.
         Raises BudgetSpent past the check's deadline (Oracle.limit)."""
         if spec_numel(self.specs) <= limit or not self.problem.dims:
             return None
         key = ("small_binding", limit)
         if key in self.cache:
             return self.cache[key]
-        tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit)
+        own = spec_numel(self.specs)
+        numel = lambda b: self.problem.input_numel(self.seed, b)  # noqa: E731
+        # a shape with more than half the own inputs saves too little for a probe and more oracles
+        tries = [t for t in shrink_bindings(self.problem.dims, numel, limit) if 2 * numel(t) <= own]
         found = None
         for t in reversed(tries):
             try:
@@ -217,12 +222,28 @@ def reference_consistent(oracle: list, ref: list) -> str | None:
     return None
 
 
+def judge_partial(gate: str, m: dict, done: int, total: int, e: BudgetSpent) -> dict:
+    """The verdict on the ``done`` of ``total`` runs judged before the check's budget refused an
+    oracle (``m``: their measurements, as the gate's rule takes them): a finding (FAIL) stands,
+    with the count in its summary; anything else re-raises ``e`` (the gate is not established)."""
+    if done:
+        r = engine.judge(gate, m)
+        if r["verdict"] == "FAIL":
+            r["summary"] += f" (judged on {done} of {total} runs: {e})"
+            return r
+    raise e
+
+
 def judge_labelled_runs(ctx: Context, results: dict, labelled_jobs: list[tuple[str, dict]], gate: str) -> dict:
     """The accuracy rule over runs labelled by input class or scale (G06, G10): runs whose
-    reference leaves the oracle's class are skipped with the reason."""
+    reference leaves the oracle's class are skipped with the reason. A finding made before the
+    check's budget ran out stands (judge_partial)."""
     runs, skipped = [], []
     for label, job in labelled_jobs:
-        oracle, ref = ctx.expected(job)
+        try:
+            oracle, ref = ctx.expected(job)
+        except BudgetSpent as e:
+            return judge_partial(gate, {"runs": runs, "skipped": skipped}, len(runs), len(labelled_jobs), e)
         why = reference_consistent(oracle, ref)
         if why:
             skipped.append(f"{label}: {why}")

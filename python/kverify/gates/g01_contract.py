@@ -20,7 +20,7 @@ def applies(ctx: Context) -> str | None:
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("run", "G01", own=True)]
+    return [ctx.job("run", "G01")]
 
 
 def _ref_meta(y) -> dict:
@@ -30,7 +30,7 @@ def _ref_meta(y) -> dict:
 
 def judge(ctx: Context, results: dict) -> dict:
     r = results["G01"]
-    _, ref = ctx.expected(ctx.job("run", "G01", own=True))
+    _, ref = ctx.expected(ctx.job("run", "G01"))
     m = {"exception": r.get("exception"), "reference": [_ref_meta(y) for y in ref], "candidate": r.get("meta", []),
          "reference_container": ctx.oracle.container, "candidate_container": r.get("container", "tensor")}
     return engine.judge(GATE, m)

@@ -10,7 +10,8 @@ Controls: examples/*/g02_*.py.
 from __future__ import annotations
 
 from kverify import engine
-from kverify.gates.base import Context, accuracy_run
+from kverify.errors import BudgetSpent
+from kverify.gates.base import Context, accuracy_run, judge_partial
 
 GATE, NAME, TOLERANCE_FREE = "G02", "accuracy", False
 SEEDS = 3
@@ -21,14 +22,17 @@ def applies(ctx: Context) -> str | None:
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("run", f"G02/{k}", own=True) for k in range(SEEDS)]
+    return [ctx.job("run", f"G02/{k}") for k in range(SEEDS)]
 
 
 def judge(ctx: Context, results: dict) -> dict:
     runs = []
     for k in range(SEEDS):
-        job = ctx.job("run", f"G02/{k}", own=True)
-        oracle, ref = ctx.expected(job)
+        job = ctx.job("run", f"G02/{k}")
+        try:
+            oracle, ref = ctx.expected(job)
+        except BudgetSpent as e:  # a seed already failing stands
+            return judge_partial(GATE, {"runs": runs}, len(runs), SEEDS, e)
         run, bad = accuracy_run(job, results[job["id"]], oracle, ref)
         if bad:
             return engine.judge(GATE, {"incomparable": bad, "evidence": {"seed": job["seed"]}})

@@ -33,7 +33,8 @@ from dataclasses import replace
 import torch
 
 from kverify import engine
-from kverify.gates.base import Context, shape_problem, values
+from kverify.errors import BudgetSpent
+from kverify.gates.base import Context, judge_partial, shape_problem, values
 from kverify.problem import upcast
 
 GATE, NAME, TOLERANCE_FREE = "G03", "nonfinite", True
@@ -61,7 +62,7 @@ def _specs(ctx: Context, kinds):
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("run", f"G03/{label}", _specs(ctx, kinds)) for label, kinds in RUNS.items()]
+    return [ctx.job("run", f"G03/{label}", _specs(ctx, kinds), small=True) for label, kinds in RUNS.items()]
 
 
 def _certified(ctx: Context, job: dict, i: int, want) -> object:
@@ -120,23 +121,34 @@ def _target(ctx: Context, job: dict, i: int, cand, o, kinds) -> tuple[object, in
 def judge(ctx: Context, results: dict) -> dict:
     runs = []
     for label, kinds in RUNS.items():
-        job = ctx.job("run", f"G03/{label}", _specs(ctx, kinds))
-        oracle, ref = ctx.expected(job)
-        outs = []
-        for i, (o, r) in enumerate(zip(oracle, ref)):
-            cand_list = results[job["id"]]["outputs"]
-            cand = cand_list[i] if i < len(cand_list) else None
-            why = shape_problem(cand, o)
-            if why:
-                return engine.judge(GATE, {"incomparable": f"output {i}: {why}", "evidence": {"run": label}})
-            cs = engine.compare(cand, o)
-            indeterminate = 0
-            if cs["nan_as_inf"]:  # the comparator counted oracle-NaN/candidate-±Inf: try their limits
-                target, indeterminate = _target(ctx, job, i, cand, o, kinds)
-                if indeterminate:
-                    cs = engine.compare(cand, target)
-            first = min([x for x in (cs["first_nan"], cs["first_posinf"], cs["first_neginf"]) if x >= 0], default=-1)
-            outs.append({"index": i, "candidate": cs, "reference": engine.compare(r, o), "indeterminate": indeterminate,
-                         "values": values(first, cand, o, r)})
-        runs.append({"label": label, "seed": job["seed"], "outputs": outs})
+        job = ctx.job("run", f"G03/{label}", _specs(ctx, kinds), small=True)
+        try:
+            run = _judge_run(ctx, results, label, kinds, job)
+        except BudgetSpent as e:  # a run already failing stands
+            return judge_partial(GATE, {"runs": runs}, len(runs), len(RUNS), e)
+        if "incomparable" in run:
+            return engine.judge(GATE, run)
+        runs.append(run)
     return engine.judge(GATE, {"runs": runs})
+
+
+def _judge_run(ctx: Context, results: dict, label: str, kinds, job: dict) -> dict:
+    """One run's measurements ({"label", "seed", "outputs"}), or {"incomparable", "evidence"}."""
+    oracle, ref = ctx.expected(job)
+    outs = []
+    for i, (o, r) in enumerate(zip(oracle, ref)):
+        cand_list = results[job["id"]]["outputs"]
+        cand = cand_list[i] if i < len(cand_list) else None
+        why = shape_problem(cand, o)
+        if why:
+            return {"incomparable": f"output {i}: {why}", "evidence": {"run": label}}
+        cs = engine.compare(cand, o)
+        indeterminate = 0
+        if cs["nan_as_inf"]:  # the comparator counted oracle-NaN/candidate-±Inf: try their limits
+            target, indeterminate = _target(ctx, job, i, cand, o, kinds)
+            if indeterminate:
+                cs = engine.compare(cand, target)
+        first = min([x for x in (cs["first_nan"], cs["first_posinf"], cs["first_neginf"]) if x >= 0], default=-1)
+        outs.append({"index": i, "candidate": cs, "reference": engine.compare(r, o), "indeterminate": indeterminate,
+                     "values": values(first, cand, o, r)})
+    return {"label": label, "seed": job["seed"], "outputs": outs}

@@ -38,6 +38,7 @@ def _reference_deterministic(ctx: Context, job: dict) -> bool:
         ref, _ = ctx.oracle.models(job.get("binding"))
         ctx.problem.bind(job.get("binding"))
         for _ in range(3):
+            ctx.oracle.check_budget()
             y = ref(*[t.clone() if isinstance(t, torch.Tensor) else t for t in x])
             ys = y if isinstance(y, (list, tuple)) else [y]
             digests.add(tuple(engine.digest(o) for o in ys if isinstance(o, torch.Tensor)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kverify import engine
+from kverify.errors import BudgetSpent
 from kverify.gates.base import Context, accuracy_run, spec_numel
 
 
@@ -141,11 +142,17 @@ def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
         if why is not None:
             recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": why})
             continue
-        recs.append(_verdict(ctx, b, outcomes[_job(ctx, b)["id"]]))
+        try:
+            recs.append(_verdict(ctx, b, outcomes[_job(ctx, b)["id"]]))
+        except BudgetSpent as e:  # its oracle was refused: judged as a variant the budget cut
+            recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": str(e), "budget": True})
     m = {"variants": recs}
     fails = [r for r in recs if r["verdict"] == "FAIL"]
     if fails:
-        m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: (v["elements"], _key(v["binding"]))))
+        try:
+            m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: (v["elements"], _key(v["binding"]))))
+        except BudgetSpent:  # the failing variants stand; only the smallest failing shape is not known
+            pass
     result = engine.judge(GATE, m)
     cut = [r for r in recs if r.get("budget")]
     if cut and result["verdict"] not in ("FAIL", "CRASH", "TIMEOUT"):  # what ran passed; the rest is unknown

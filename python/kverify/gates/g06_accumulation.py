@@ -24,7 +24,7 @@ def applies(ctx: Context) -> str | None:
 
 
 def _specs(ctx: Context, dist: Dist):
-    return [replace(s, dist=dist) if s.kind == "tensor" and s.torch_dtype.is_floating_point else s for s in ctx.gate_specs()]
+    return [replace(s, dist=dist) if s.kind == "tensor" and s.torch_dtype.is_floating_point else s for s in ctx.specs]
 
 
 def _jobs(ctx: Context) -> list[tuple[str, dict]]:

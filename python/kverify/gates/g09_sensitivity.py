@@ -30,15 +30,15 @@ def applies(ctx: Context) -> str | None:
 
 
 def _shared_tensors(ctx: Context) -> list[str]:
-    ref, _ = ctx.oracle.models(None)
+    ref, _ = ctx.oracle.models(ctx.binding)  # the shape G09's jobs run at (a parameter list may depend on it)
     names = [n for n, t in list(ref.named_parameters()) + list(ref.named_buffers()) if t.is_floating_point()]
     return names
 
 
 def plan(ctx: Context) -> list[dict]:
     alt = ctx.seed_for("G09/alt")
-    return [ctx.job("perturb", "G09/perturb", alt_seed=alt, tensors=_shared_tensors(ctx)),
-            ctx.job("sequence", "G09/sequence", alt_seed=alt, calls=CALLS)]
+    return [ctx.job("perturb", "G09/perturb", small=True, alt_seed=alt, tensors=_shared_tensors(ctx)),
+            ctx.job("sequence", "G09/sequence", small=True, alt_seed=alt, calls=CALLS)]
 
 
 @torch.no_grad()
@@ -55,15 +55,18 @@ def _reference_outputs_locked(ctx: Context, job: dict) -> dict:
     ctx.problem.bind(job.get("binding"))
     base = ctx.inputs_of(job)
     alt = ctx.inputs_of(job, "alt_seed")
+    ctx.oracle.check_budget()
     out = {"base": as_outputs(ref(*base))}
     for i, x in enumerate(base):
         if isinstance(x, torch.Tensor):
+            ctx.oracle.check_budget()
             xs = list(base)
             xs[i] = alt[i]
             out[f"input {i}"] = as_outputs(ref(*xs))
     own = dict(ref.named_parameters())
     own.update(dict(ref.named_buffers()))
     for name in job["tensors"]:
+        ctx.oracle.check_budget()
         t = own[name]
         keep = t.detach().clone()
         t.data.mul_(1.0625).add_(0.0625)

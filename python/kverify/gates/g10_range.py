@@ -44,7 +44,7 @@ def _specs(ctx: Context, k: float):
 
 
 def _jobs(ctx: Context):
-    return [(f"x{k:g}", ctx.job("run", f"G10/x{k:g}", _specs(ctx, k))) for k in SCALES.get(_dtype(ctx), ())]
+    return [(f"x{k:g}", ctx.job("run", f"G10/x{k:g}", _specs(ctx, k), small=True)) for k in SCALES.get(_dtype(ctx), ())]
 
 
 def plan(ctx: Context) -> list[dict]:

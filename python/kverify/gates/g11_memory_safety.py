@@ -6,9 +6,10 @@ when the bands hold other values (no out-of-bounds read reaches the output); CPU
 (2) On a GPU with compute-sanitizer: memcheck, racecheck and synccheck, each in its own child
 process with its own timeout (at once, and beside the check's main worker; failed CUDA API calls
 and the exit status of a process that finished its job not counted), report no error for the
-candidate's call at a small shape. memcheck checks every kernel the call launches; racecheck and
-synccheck check the candidate's own kernels only (the ``__global__`` functions and ``@triton.jit``
-functions named in its source, own_kernels), through compute-sanitizer's kernel-name filters:
+candidate's call at the gates' shape (kverify.check._gate_shape: small where the candidate allows).
+memcheck checks every kernel the call launches; racecheck and synccheck check the candidate's own
+kernels only (the ``__global__`` functions and ``@triton.jit`` functions named in its source,
+own_kernels), through compute-sanitizer's kernel-name filters:
 PyTorch's kernels (cuDNN convolutions above all) made racecheck take up to 2000 CPU seconds and
 time out at 300 s per row on the H200 audit (stop 13), while a race or barrier fault in them is not
 the candidate's. A candidate without kernels of its own: those two N/A. Where kverify cannot be
@@ -54,7 +55,7 @@ def applies(ctx: Context) -> str | None:
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("guard", "G11/guard", band=BAND)]
+    return [ctx.job("guard", "G11/guard", small=True, band=BAND)]
 
 
 #: tools that check only the candidate's own kernels (memcheck checks every kernel)
@@ -168,7 +169,9 @@ def start(ctx: Context):
     exe = shutil.which("compute-sanitizer")
     if not exe:
         return lambda: {"not_applicable": "compute-sanitizer not found on PATH"}
-    b = ctx.small_binding()
+    # the gates' shape (kverify.check._gate_shape): small where the candidate was probed accurate;
+    # a candidate that raises at a smaller shape would launch nothing there for the tools to see
+    b = ctx.binding
     job = ctx.job_at("run", "G11/sanitized", b, ctx.specs_at(b))
     kernels = kernel_scope(ctx.sandbox.candidate_source)
 
@@ -191,6 +194,9 @@ def start(ctx: Context):
             rec.update(unfinished=f"cut short by {BUDGET_MARK}")
         elif o.status != "ok":
             rec.update(errors=max(errors, 1), first=first[:200] or f"{o.status}: {o.detail[:160]}")
+        elif ("exception" in o.result or "error" in o.result) and not errors:  # the call never ran to its end
+            why = o.result.get("exception") or o.result["error"].strip().splitlines()[-1]
+            rec.update(unfinished=f"the call raised under the tool ({why[:120]}): not checked")
         elif not re.search(r"(ERROR|RACECHECK) SUMMARY", text):
             rec.update(errors=max(errors, 1), first="compute-sanitizer printed no summary: " + text[-160:])
         elif errors and not first:  # counted but no finding line: show the log's end
