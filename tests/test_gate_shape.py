@@ -116,3 +116,21 @@ def test_g06_keeps_the_own_shape_for_its_long_sums(tmp_path):
     by = {g["gate"]: g for g in rep["gates"]}
     assert rep["meta"]["gate_shape"]["binding"] is not None, rep["meta"]["gate_shape"]  # G03 went small
     assert by["G06"]["verdict"] == "FAIL", by["G06"]
+
+
+def test_the_audit_report_counts_where_the_small_shape_gates_ran():
+    import json
+
+    from kverify.audit_report import build, markdown
+
+    def row(i, shape):
+        rep = {"meta": {"gate_shape": shape}} if shape is not None else {"meta": {}}
+        return {"id": f"r{i}", "class": "CLEAN", "standard": "PASS", "reason": "", "source": "s", "level": 1,
+                "backend": "cuda", "gpu": "H200", "report": json.dumps(rep), "gates": {}}
+    ks = [row(0, {"binding": {"n": 9}, "why": "accurate"}), row(1, {"binding": {"n": 17}, "why": "accurate"}),
+          row(2, {"binding": None, "why": "probe at {'n': 9}: the candidate raised AssertionError: 4099"}),
+          row(3, {"binding": None, "why": "the inputs are small already (4096 elements)"}), row(4, None)]
+    rep = build(ks)
+    assert rep["gate_shapes"] == {"small": 2, "own: probe: the candidate raised AssertionError": 1,
+                                  "own: the inputs are small already": 1, "not recorded": 1}, rep["gate_shapes"]
+    assert "small 2" in markdown(rep)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -113,6 +114,7 @@ def build(kernels: list[dict]) -> dict:
     cut = Counter(g for k in kernels for g, r in k["gates"].items() if cut_by_budget(r["verdict"], r["summary"]))
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
+    shapes = Counter(_gate_shape(k) for k in kernels if k.get("report"))
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
             "tolerance_free": tf,
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
@@ -124,7 +126,23 @@ def build(kernels: list[dict]) -> dict:
             "cut_by_row_budget": dict(sorted(cut.items())),
             "rows_cut_by_row_budget": sum(any(cut_by_budget(r["verdict"], r["summary"]) for r in k["gates"].values())
                                           for k in kernels),
-            "unjudged_reasons": dict(unjudged.most_common()), "failure_sample": sample}
+            "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
+            "failure_sample": sample}
+
+
+def _gate_shape(kernel: dict) -> str:
+    """Where a journalled row's small-shape gates ran (report meta.gate_shape, kverify.check._gate_shape):
+    "small", or "own: <reason without its numbers and bindings>"; "not recorded" for rows judged
+    before kverify recorded it."""
+    try:
+        shape = json.loads(kernel["report"])["meta"]["gate_shape"]
+    except (ValueError, KeyError, TypeError):
+        return "not recorded"
+    if shape.get("binding"):
+        return "small"
+    why = shape.get("why", "")
+    why = re.sub(r"^probe at \{[^}]*\}: ", "probe: ", why)
+    return "own: " + re.split(r"[({\d]", why, maxsplit=1)[0].strip(" :")[:80]
 
 
 def failing_gates(kernels: list[dict]) -> tuple[dict, dict, dict]:
@@ -175,6 +193,9 @@ def markdown(rep: dict) -> str:
                  "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
                  + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
                  "in a longer run judges them fully.")
+    if rep.get("gate_shapes"):
+        L.append("\nShape of the small-shape gates (G03, G08, G09, G10, G11; `meta.gate_shape`): "
+                 + ", ".join(f"{k} {n}" for k, n in rep["gate_shapes"].items()) + ".")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]
     for g, c in rep["gates"].items():
