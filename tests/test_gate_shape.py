@@ -1,6 +1,8 @@
-"""The gates' shape (kverify.check._gate_shape): gates other than G01, G02 and G05 run at a smaller
-binding of the free dimensions when the inputs are large and the candidate is accurate there
-(DESIGN.md: "gates run at small, odd shapes by default"), else at the problem's own shape."""
+"""The gates' shape (kverify.check._gate_shape): the costly gates (SMALL_SHAPE_GATES: G09, G10, G11)
+run at a smaller binding of the free dimensions when the inputs are large and the candidate is
+accurate there, else at the problem's own shape; every other gate always sees the own shape."""
+import json
+
 import pytest
 
 from kverify.check import check
@@ -35,12 +37,14 @@ CANDIDATES = {
     "own_only": "        assert x.shape[1] == 4099, 'built for dim 4099'\n        return torch.relu(x)\n",
     # silently wrong at any other shape: the probe must see it and keep the own shape
     "wrong_elsewhere": "        return torch.relu(x) if x.shape[1] == 4099 else torch.relu(x) * 0.5\n",
-    # NaN -> 0: G03 must still catch it at the small shape
+    # NaN -> 0: G03 catches it
     "nan_to_zero": "        return torch.nan_to_num(torch.relu(x), nan=0.0)\n",
+    # NaN -> 0 only on a path for large inputs: G03 must see the own shape to catch it
+    "nan_to_zero_when_large": "        y = torch.relu(x)\n        return torch.nan_to_num(y, nan=0.0) if x.numel() > 65536 else y\n",
 }
 
 
-def _check(tmp_path, name, gates=("G01", "G02", "G03", "G04")):
+def _check(tmp_path, name, gates=("G01", "G02", "G03", "G10")):
     c = tmp_path / f"{name}.py"
     c.write_text(HEAD + CANDIDATES[name])
     rep = check(REF, "reference.py", c.read_text(), str(c), device="cpu", gates=list(gates))
@@ -56,7 +60,10 @@ def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tm
     assert all(g["verdict"] == "PASS" for g in by.values()), by
     rep, by = _check(tmp_path, "nan_to_zero")
     assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 67}
-    assert by["G03"]["verdict"] == "FAIL" and by["G03"]["evidence"]["n"] == 64 * 67, by["G03"]  # at the small shape
+    assert by["G03"]["verdict"] == "FAIL" and by["G03"]["evidence"]["n"] == 64 * 4099, by["G03"]  # at the own shape
+    rep, by = _check(tmp_path, "nan_to_zero_when_large")
+    assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 67}  # the probe sees nothing wrong
+    assert by["G03"]["verdict"] == "FAIL", by["G03"]
 
 
 @pytest.mark.parametrize("name,why", [("own_only", "raised"), ("wrong_elsewhere", "not accurate")])
@@ -72,12 +79,12 @@ def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
 
     ref = (ROOT / "relu" / "reference.py").read_text()
     c = ROOT / "relu" / "correct.py"
-    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G03"])
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G10"])
     assert rep["meta"]["gate_shape"]["binding"] is None and "small already" in rep["meta"]["gate_shape"]["why"]
     fixed = REF.replace("batch_size = 64\ndim = 4099\n", "").replace("torch.randn(batch_size, dim)", "torch.randn(64, 4099)")
     cc = tmp_path / "c.py"
     cc.write_text(HEAD + CANDIDATES["correct"])
-    rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G03"])
+    rep = check(fixed, "reference.py", cc.read_text(), str(cc), device="cpu", gates=["G01", "G10"])
     assert rep["meta"]["gate_shape"] == {"binding": None, "why": "the problem has no free dimension"}
 
 
@@ -112,9 +119,9 @@ def test_g06_keeps_the_own_shape_for_its_long_sums(tmp_path):
             "        return s\n")
     c = tmp_path / "fp16_sum.py"
     c.write_text(HEAD + body)
-    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G03", "G06"])
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G06", "G10"])
     by = {g["gate"]: g for g in rep["gates"]}
-    assert rep["meta"]["gate_shape"]["binding"] is not None, rep["meta"]["gate_shape"]  # G03 went small
+    assert rep["meta"]["gate_shape"]["binding"] is not None, rep["meta"]["gate_shape"]  # G10 went small
     assert by["G06"]["verdict"] == "FAIL", by["G06"]
 
 
@@ -133,4 +140,18 @@ def test_the_audit_report_counts_where_the_small_shape_gates_ran():
     rep = build(ks)
     assert rep["gate_shapes"] == {"small": 2, "own: probe: the candidate raised AssertionError": 1,
                                   "own: the inputs are small already": 1, "not recorded": 1}, rep["gate_shapes"]
-    assert "small 2" in markdown(rep)
+    assert "small: 2 row(s)" in markdown(rep)
+
+
+@pytest.mark.parametrize("op,verdict", [("argmax", "PASS"), ("argmin", "FAIL")])
+def test_integer_outputs_are_judged_exactly(tmp_path, op, verdict):
+    """An integer output (argmax indices) is compared exactly by the accuracy rule (was a kverify
+    fault: 'not a float dtype: int64'), also in the gate-shape probe and G05's variants."""
+    ref = REF.replace("return torch.relu(x)", "return torch.argmax(x, dim=1)")
+    c = tmp_path / f"{op}.py"
+    c.write_text(HEAD + f"        return torch.{op}(x, dim=1)\n")
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G02", "G05", "G10"])
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert by["G02"]["verdict"] == verdict and by["G05"]["verdict"] == verdict, by
+    assert "kverify fault" not in json.dumps(rep)
+    assert (rep["meta"]["gate_shape"]["binding"] is not None) == (verdict == "PASS"), rep["meta"]["gate_shape"]

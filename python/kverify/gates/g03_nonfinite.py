@@ -52,7 +52,7 @@ def applies(ctx: Context) -> str | None:
 
 def _specs(ctx: Context, kinds):
     out = []
-    for s in ctx.gate_specs():
+    for s in ctx.specs:
         if s.kind == "tensor" and s.torch_dtype.is_floating_point:
             density = min(0.05, SPECIALS_PER_TENSOR * len(kinds) / max(s.numel, 1))  # ~4 of each kind
             out.append(replace(s, dist=replace(s.dist, special_density=density, specials=kinds)))
@@ -62,7 +62,7 @@ def _specs(ctx: Context, kinds):
 
 
 def plan(ctx: Context) -> list[dict]:
-    return [ctx.job("run", f"G03/{label}", _specs(ctx, kinds), small=True) for label, kinds in RUNS.items()]
+    return [ctx.job("run", f"G03/{label}", _specs(ctx, kinds)) for label, kinds in RUNS.items()]
 
 
 def _certified(ctx: Context, job: dict, i: int, want) -> object:
@@ -121,7 +121,7 @@ def _target(ctx: Context, job: dict, i: int, cand, o, kinds) -> tuple[object, in
 def judge(ctx: Context, results: dict) -> dict:
     runs = []
     for label, kinds in RUNS.items():
-        job = ctx.job("run", f"G03/{label}", _specs(ctx, kinds), small=True)
+        job = ctx.job("run", f"G03/{label}", _specs(ctx, kinds))
         try:
             run = _judge_run(ctx, results, label, kinds, job)
         except BudgetSpent as e:  # a run already failing stands

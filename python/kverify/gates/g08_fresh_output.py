@@ -28,11 +28,9 @@ def applies(ctx: Context) -> str | None:
 def _job(ctx: Context) -> dict:
     key = "G08/layouts"
     if key not in ctx.cache:
-        # the reference's outputs at the gates' shape (G01's own-shape run when that is the shape)
-        at = ctx.job("run", "G01") if ctx.binding is None else ctx.job("run", "G08/layouts", small=True)
-        _, ref = ctx.expected(at)
+        _, ref = ctx.expected(ctx.job("run", "G01"))
         ctx.cache[key] = [[list(y.shape), str(y.dtype).replace("torch.", "")] for y in ref if isinstance(y, torch.Tensor)]
-    return ctx.job("fresh", "G08", small=True, output_layouts=ctx.cache[key], rewrite_seed=ctx.seed_for("G08/rewrite"))
+    return ctx.job("fresh", "G08", output_layouts=ctx.cache[key], rewrite_seed=ctx.seed_for("G08/rewrite"))
 
 
 def plan(ctx: Context) -> list[dict]:
