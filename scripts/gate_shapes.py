@@ -1,10 +1,10 @@
 """Which corpus rows the gates can check at a small shape (kverify.check._gate_shape), without a GPU.
 
 For each row: the elements of its inputs at the own shape; if above gates.base.SMALL_INPUTS and
-the problem has free dimensions, the shapes gates.base.shrink_bindings tries (those with at most
-half the own inputs) and the smallest at which the reference's forward runs on meta tensors (shapes only, no data, no device: a proxy for
-Context.small_binding, which runs the fp64 reference; an op without a meta kernel counts as "does
-not run"). The candidate's probe run is not modelled. Prints a summary.
+the problem has free dimensions, the shapes gates.base.shrink_bindings tries (with at most half
+the own inputs, as Context.small_binding) and the smallest at which the reference's forward runs
+on meta tensors (shapes only, no data, no device: a proxy for Context.small_binding, which runs
+the fp64 reference; an op without a meta kernel counts as "does not run"). The candidate's probe run is not modelled. Prints a summary.
 
 Usage: python scripts/gate_shapes.py CORPUS.jsonl [--json OUT]
 """
@@ -56,8 +56,7 @@ def main() -> None:
             stats["large, no free dimension"] += 1
             out.append([r["id"], own, own, "no free dimension"])
             continue
-        tries = [t for t in shrink_bindings(p.dims, lambda b: p.input_numel(0, b), SMALL_INPUTS)
-                 if 2 * p.input_numel(0, t) <= own]  # as Context.small_binding: at most half the own inputs
+        tries = shrink_bindings(p.dims, lambda b: p.input_numel(0, b), SMALL_INPUTS, own=own)
         found = next((t for t in reversed(tries) if runs_on_meta(p, t)), None)
         if found is None:
             stats["large, the reference runs at no smaller shape (meta)"] += 1

@@ -18,11 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from kverify import _core
+from kverify import _core, engine
 from kverify._internal import cpu_seconds, cuda_schedule
 from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
-from kverify import engine
 from kverify.gates.base import SMALL_INPUTS, Context, accuracy_run, spec_numel
 from kverify.problem import Oracle, Problem
 from kverify.sandbox import Sandbox
@@ -193,7 +192,8 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (a reference run per input and parameter, outputs compared bit by bit), G10
-#: (an fp64 oracle per scale) and G11 (compute-sanitizer slows a call 10-100x). Every other gate
+#: (an fp64 oracle per scale) and G11 (each sanitizer tool is a worker run of its own, ~30 s on the
+#: H200 even for a small row; one filtered racecheck at an own shape ran past 5 min). Every other gate
 #: sees the shape the harness accepted: a defect behind a size-dependent code path (a fast path for
 #: large inputs that maps NaN to 0, say) shows only there. G01, G02 and the standard test run at
 #: the own shape (DESIGN.md), G05 at its own variants, G06 needs long sums ({0,1} patterns past

@@ -224,16 +224,16 @@ class Problem:
         """Elements of the tensors get_inputs() returns at ``binding``, counted on meta tensors (no
         data is drawn) when get_inputs() runs so, else from input_specs(). Raises LoadError."""
         with STATE_LOCK:
-            self.bind(binding)
             try:
-                with torch.device("meta"):
-                    sample = self.module.get_inputs()
-                return sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
-            except Exception:  # noqa: BLE001 — a get_inputs() that needs real data: sample it
-                pass
+                self.bind(binding)
+                try:
+                    with torch.device("meta"):
+                        sample = self.module.get_inputs()
+                    return sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
+                except Exception:  # noqa: BLE001 — a get_inputs() that needs real data: sample it
+                    return sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
             finally:
-                self.bind(None)
-        return sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
+                self.bind(None)  # the defaults again, as specs_at leaves them
 
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""

@@ -107,10 +107,8 @@ class Context:
         key = ("small_binding", limit)
         if key in self.cache:
             return self.cache[key]
-        own = spec_numel(self.specs)
-        numel = lambda b: self.problem.input_numel(self.seed, b)  # noqa: E731
-        # a shape with more than half the own inputs saves too little for a probe and more oracles
-        tries = [t for t in shrink_bindings(self.problem.dims, numel, limit) if 2 * numel(t) <= own]
+        tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit,
+                                own=spec_numel(self.specs))
         found = None
         for t in reversed(tries):
             try:
@@ -154,13 +152,15 @@ def shape_problem(cand, oracle) -> str | None:
 __all__ = ["Context", "values", "value_at", "shape_problem"]
 
 
-def shrink_bindings(dims: dict[str, int], numel_at, limit: int) -> list[dict[str, int]]:
+def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None = None) -> list[dict[str, int]]:
     """The shapes small_binding tries, largest first: every free dimension above 64 lowered to 67
     (odd, past a 64-wide tile), then, while ``numel_at(binding)`` (input elements; it may raise:
     that shape cannot be built, and the shrinking stops before it) exceeds ``limit``, the largest
     dimension above 9 (ties: by name) lowered to max(9, v // 2 | 1), an odd size past a
     power-of-two tile (67 -> 33 -> 17 -> 9). Dimensions of 9 or less (kernel sizes, strides,
-    channels of 3) are never changed. Empty when even the first shape cannot be built."""
+    channels of 3) are never changed. Empty when even the first shape cannot be built. With
+    ``own`` (the own shape's input elements), only shapes with at most half of them: a shape
+    barely smaller saves too little for the probe and the extra oracle runs it costs."""
     b = {k: (67 if v > 64 else v) for k, v in dims.items()}
     tries = [dict(b)]
     while True:
@@ -176,7 +176,7 @@ def shrink_bindings(dims: dict[str, int], numel_at, limit: int) -> list[dict[str
         k = max(big, key=lambda d: b[d])
         b[k] = max(9, (b[k] // 2) | 1)
         tries.append(dict(b))
-    return tries
+    return tries if own is None else [t for t in tries if 2 * numel_at(t) <= own]
 
 
 def spec_numel(specs) -> int:

@@ -20,7 +20,8 @@ initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on eve
 ``nn.Conv2d`` call under it printed error reports (host backtrace in Conv2d.forward) and had not
 finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads;
 filtered to the candidate's kernels it does not see the writes of the kernels it skips, so a
-correct candidate reading what PyTorch wrote fails (both CUDA twins of controls/cuda/g11_* did). Reads of never-written memory
+correct candidate reading what PyTorch wrote fails (both CUDA twins of controls/cuda/g11_* did).
+Reads of never-written memory
 that reach the output are G08's (fresh-output: sentinel-filled memory). KVERIFY_SANITIZE_ALL=1
 runs all four tools on every kernel (the behaviour before stop 13), initcheck included.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
