@@ -160,6 +160,33 @@ __device__ __forceinline__ void prefetch_l2(const TensorView& c, const TensorVie
 #endif
 }
 
+/// Raise the lean 16-bit flag thresholds of every lane of the warp to the warp's largest, once some
+/// lane refreshed its own (after a re-walk). Called by all 32 lanes after the same step of the
+/// vector loop: every element measured so far by any lane precedes every element of the warp's
+/// next step, which is what step_chunks_lean16 asks of shared thresholds. A chunk is then flagged
+/// only when it may beat the warp's maxima, not its lane's: on random data a lane sets a new
+/// running maximum in a few percent of its steps, and each such step made the warp diverge into
+/// the re-walk (ncu, H200: 15.3 of 32 threads active per issue, results/engine/bench_compare_h200.txt).
+/// Non-negative floats (+Inf included) order like their bit patterns.
+template <DType TC, DType TO>
+__device__ __forceinline__ void share_thresholds(Running& r) {
+  if constexpr (kPair16<TC, TO>) {
+    constexpr unsigned kAll = 0xffffffffu;
+    if (!__any_sync(kAll, r.refreshed)) return;
+    r.refreshed = false;
+    r.f_amax = __uint_as_float(__reduce_max_sync(kAll, __float_as_uint(r.f_amax)));
+    // the relative pair of the first lane whose ratio (rounded: any lane's pair is valid) is largest
+    const uint32_t key = __float_as_uint(__fdiv_rn(r.f_rn, r.f_rd));
+    const int src = __ffs(__ballot_sync(kAll, key == __reduce_max_sync(kAll, key))) - 1;
+    r.f_rn = __shfl_sync(kAll, r.f_rn, src);
+    r.f_rd = __shfl_sync(kAll, r.f_rd, src);
+    const uint32_t u = __reduce_max_sync(kAll, r.u2 & 0xffffu);
+    r.u2 = u | (u << 16);
+  } else {
+    (void)r;
+  }
+}
+
 template <DType TC, DType TO>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(TensorView c, TensorView o, compare::Bound b, bool vector_path,
                                                           int prefetch, CompareStats* partials) {
@@ -177,22 +204,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TC, TO>) compare_kernel(T
     // is measured; with prefetch = D > 0, L2 is asked for step k + D * stride as well (each warp's
     // steps are consecutive, so lane 0 of a warp prefetches for all 32 threads).
     uint4 ca[kVecs<TC, H>], oa[kVecs<TO, H>], cb[kVecs<TC, H>], ob[kVecs<TO, H>];
+    // The loop runs while the warp's first lane has a step (warp-uniform: stride is a multiple
+    // of 32 and a warp's steps are consecutive), so all 32 lanes reach share_thresholds together.
     int64_t k = tid;
+    const int64_t lane = threadIdx.x & 31;
     const int64_t ahead = static_cast<int64_t>(prefetch) * stride;
     if (prefetch > 0)
       for (int d = 1; d < prefetch; ++d) prefetch_l2<TC, TO>(c, o, k + d * stride, steps);
     if (k < steps) { load_step<TC, H>(c.data, k, ca); load_step<TO, H>(o.data, k, oa); }
-    while (k < steps) {
+    while (k - lane < steps) {
       int64_t next = k + stride;
       if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
       if (next < steps) { load_step<TC, H>(c.data, next, cb); load_step<TO, H>(o.data, next, ob); }
-      step_chunks<TC, TO, H>(r, ca, oa, c, o, k, b);
+      if (k < steps) step_chunks<TC, TO, H>(r, ca, oa, c, o, k, b);
+      share_thresholds<TC, TO>(r);
       k = next;
-      if (k >= steps) break;
+      if (k - lane >= steps) break;
       next = k + stride;
       if (prefetch > 0) prefetch_l2<TC, TO>(c, o, k + ahead, steps);
       if (next < steps) { load_step<TC, H>(c.data, next, ca); load_step<TO, H>(o.data, next, oa); }
-      step_chunks<TC, TO, H>(r, cb, ob, c, o, k, b);
+      if (k < steps) step_chunks<TC, TO, H>(r, cb, ob, c, o, k, b);
+      share_thresholds<TC, TO>(r);
       k = next;
     }
     if constexpr (H == 2) {

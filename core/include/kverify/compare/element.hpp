@@ -90,13 +90,16 @@ struct Running {
   double rel_den = 1.0;
   /// Flag thresholds of the lean step of 16-bit pairs (step_chunks_lean16), which refreshes them
   /// after each of its own updates (refresh_lean16): f_amax is max_abs_err rounded down to float,
-  /// f_h the factor h of its relative-error test |d| > h * |o| (lean16_factor), u2 max_ulp
-  /// clamped to 0xffff in both 16-bit halves (its ULP test). The defaults are those of the
-  /// initial state. step() does not refresh them: callers run step() only after the last chunk
-  /// (the tail), and stale thresholds describe an earlier, smaller state, so they only make the
-  /// flags more eager (all grow with the state).
-  float f_amax = 0.0f, f_h = 0.0f;
+  /// (f_rn, f_rd) the pair of its relative-error test |d| * f_rd > f_rn * |o| (lean16_ratio),
+  /// u2 max_ulp clamped to 0xffff in both 16-bit halves (its ULP test). The defaults are those of
+  /// the initial state. step() does not refresh them: callers run step() only after the last
+  /// chunk (the tail), and stale thresholds describe an earlier, smaller state, so they only make
+  /// the flags more eager (all grow with the state).
+  float f_amax = 0.0f, f_rn = 0.0f, f_rd = 0x1p62f;
   uint32_t u2 = 0;
+  /// Set by refresh_lean16; the CUDA kernel clears it when it shares the thresholds across a warp
+  /// (compare.cu share_thresholds). Unused on the CPU.
+  bool refreshed = false;
 };
 
 /// Record a class mismatch or agreement between non-finite values (cold path).
@@ -311,24 +314,54 @@ KV_HD uint32_t vmax3_u16x2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
-/// The factor h of the lean 16-bit relative-error flag |d| > fl(h * |o|) (step_chunks_lean16) for
-/// the state in `r`: the float rounded down from h_rel * (1 - 2^-11), h_rel = rel_num / rel_den
-/// the largest relative error (+Inf when rel_den = 0: no element can beat an infinite relative
-/// error). The margin (1 - 2^-11) absorbs the rounding of the two fp64 operations; so
-/// h <= (1 - 2^-12) * h_rel in exact arithmetic, which is what the proof in step_chunks_lean16 needs.
+/// The pair (rn, rd) of the lean 16-bit relative-error flag |d| * rd > rn * |o| (step_chunks_lean16)
+/// for the state in `r`, whose largest relative error is rel_num / rel_den (kept undivided), both
+/// scaled by one power of two so that rd lies in [2^62, 2^63):
+///  - rel_den = 0 (an infinite relative error, which nothing beats: step()'s test is then
+///    0 > rel_num * |o|): rn = +Inf, which never flags (its products are +Inf or NaN);
+///  - a ratio below 2^-32 (none yet, or nearly exact data): rn = 0, which flags every d != 0;
+///  - rel_num and rel_den both floats after the scaling (the usual case: the lean step's own
+///    errors and |o| are floats): that exact pair. The flag is then exactly step()'s test, ties
+///    included (equal ratios are frequent in 16-bit data: equal mantissas at other exponents);
+///  - otherwise (set by the fp64 fallback, or a ratio of 2^64 or more): rd = 2^62 and rn the
+///    float rounded down from 2^62 * min(rel_num / rel_den * (1 - 2^-11), 2^64): never above
+///    the state, the margin covering the rounding of step()'s fp64 products.
+/// The bounds keep the flag's fp32 evaluation exact (see step_chunks_lean16).
 template <DType TC, DType TO>
-KV_HD float lean16_factor(const Running& r) {
+KV_HD void lean16_ratio(const Running& r, float& rn, float& rd) {
   constexpr double kMargin = 1.0 - 1.0 / 2048.0;
-  return float_down(r.rel_den > 0.0 ? r.rel_num / r.rel_den * kMargin : static_cast<double>(INFINITY));
+  rd = 0x1p62f;
+  if (r.rel_den == 0.0) { rn = INFINITY; return; }
+  const double ratio = r.rel_num / r.rel_den;
+  if (!(ratio >= 0x1p-32)) { rn = 0.0f; return; }
+  int e = 0;
+  (void)frexp(r.rel_den, &e);  // rel_den = m 2^e, m in [0.5, 1)
+  const double sn = ldexp(r.rel_num, 63 - e), sd = ldexp(r.rel_den, 63 - e);
+  if (ratio < 0x1p64 && static_cast<double>(static_cast<float>(sn)) == sn && static_cast<double>(static_cast<float>(sd)) == sd) {
+    rn = static_cast<float>(sn);
+    rd = static_cast<float>(sd);
+    return;
+  }
+  rn = float_down(0x1p62 * (ratio * kMargin < 0x1p64 ? ratio * kMargin : 0x1p64));
+}
+
+/// The relative part of the lean 16-bit flag: err * rd > rn * ao in exact arithmetic, for float
+/// err = |d| and ao = |o| of 16-bit values (finite, below 2^64) and (rn, rd) from lean16_ratio.
+/// Evaluated in fp32 as (err rd - pr) > (rn ao - pr), pr = fl(rn ao); the proof of exactness is
+/// in step_chunks_lean16 (test Compare.LeanRelativeFlagIsExact).
+KV_HD bool lean16_rel_flag(float err, float ao, float rn, float rd) {
+  const float pr = rn * ao;
+  return fmaf(err, rd, -pr) > fmaf(rn, ao, -pr);
 }
 
 /// Refresh the flag thresholds of the lean 16-bit step after the state changed.
 template <DType TC, DType TO>
 KV_HD void refresh_lean16(Running& r) {
   r.f_amax = float_down(r.s.max_abs_err);
-  r.f_h = lean16_factor<TC, TO>(r);
+  lean16_ratio<TC, TO>(r, r.f_rn, r.f_rd);
   const uint32_t u = r.s.max_ulp > 0xffffull ? 0xffffu : static_cast<uint32_t>(r.s.max_ulp);
   r.u2 = u | (u << 16);
+  r.refreshed = true;
 }
 
 /// Rare part of step_chunks_lean16 (some chunk is a fallback or flagged): for each of
@@ -403,15 +436,29 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
 ///    element (the OR of c ^ o has a sign bit set; +0 vs -0 too) that lane means nothing: the
 ///    chunk's ULP part is then the exact distance of each element (lean_ulp16, from the
 ///    registers) against max_ulp instead. Mixed 16-bit pairs: lean_ulp16 > max_ulp per element.
-///  - relative: |d| > fl(h * |o|) with h = Running::f_h (lean16_factor). Safe: with E = |c - o|
-///    exact, err = fl32(E) the measured error, ao = |o| and H = h * ao <= (1 - 2^-12) h_rel ao
-///    in exact arithmetic, step()'s fp64 test fl(err * rel_den) > fl(rel_num * ao) implies the
-///    exact err * rel_den > rel_num * ao (rounding is monotone), so err > h_rel * ao >=
-///    H (1 + 2^-12) and err > 0. err is a multiple of 2^-133 (c and o are), so err >= 2^-133. If
-///    H < 2^-137, fl(H) <= 2^-137 < err. Otherwise H 2^-12 >= 2^-149 and err > H + 2^-149, while
-///    fl(H) <= H + 2^-150 (subnormal) or fl(H) <= H (1 + 2^-24) (normal): err > fl(H). Elements
-///    with d = 0 never flag.
-/// The thresholds are those at the start of the call; updates within it only raise them.
+///  - relative: err rd > rn ao in exact arithmetic, with (rn, rd) = (Running::f_rn, f_rd)
+///    (lean16_ratio), err = |d| and ao = |o| floats; evaluated as q > pl with pr = fl(rn ao),
+///    pl = fmaf(rn, ao, -pr) and q = fmaf(err, rd, -pr), i.e. (err rd - pr) > (rn ao - pr).
+///    Exact: (1) pl = rn ao - pr exactly (the error of a float product is a float when the
+///    exponents of its factors sum to -103 or more: rn >= 2^30, ao >= 2^-133, the smallest
+///    nonzero 16-bit magnitude; ao = 0 gives pl = 0). (2) q > pl implies err rd - pr > pl by
+///    monotone rounding. (3) Conversely let x = err rd - pr > pl and suppose fl(x) = pl: then
+///    0 < x - pl = err rd - rn ao <= ulp(pl) / 2. x - pl is a multiple of the smaller of
+///    ulp(err) ulp(rd) and ulp(rn) ulp(ao), each at least 2^(E - 47) (E the exponent of pr:
+///    err rd and rn ao lie within one binade of pr) and at least 2^-149, while |pl| <= ulp(pr) / 2
+///    gives ulp(pl) / 2 <= 2^(E - 48), or 2^-150 for subnormal pl (where pr was rounded up to a
+///    power of two, |pl| <= 2^(E - 25) and both sides shrink by one binade): a contradiction.
+///    (4) Overflow: err < 2^64 and ao < 2^64 outside fallbacks and rd < 2^63, so err rd is
+///    finite; rn ao overflowing gives pr = +Inf, pl = q = -Inf: no flag, rightly. rn = +Inf
+///    never flags (products +Inf or NaN). So with an exact pair the flag is step()'s test
+///    itself, ties not flagged; with lean16_ratio's rounded pair it fires on a superset.
+///    Elements with d = 0 never flag.
+/// The thresholds are those at the start of the call; updates within it only raise them. A caller
+/// may also raise them to the thresholds of other Runnings whose elements all precede this call's
+/// (the CUDA kernel shares them across a warp): an element left unflagged is then at or below a
+/// maximum at a smaller index, so it is never the merged result's maximum (merge keeps the lower
+/// index on ties; the relative flag's margin leaves it strictly below), and the merged maxima and
+/// their indices do not change.
 ///
 /// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.cw(j), hot.ow(j) the
 /// words of elements 2j, 2j + 1, the lower index in the low half; hot.o_or(h), the OR of the
@@ -424,7 +471,7 @@ KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold
   constexpr float kTiny = 7.8886091e-31f;  // 2^-100
   constexpr uint32_t kMag = 0x7fff7fffu;   // magnitude bits of one or two packed 16-bit patterns
   constexpr uint32_t kSign = 0x80008000u;  // sign bits of two packed 16-bit patterns
-  const float amax = r.f_amax, h = r.f_h;
+  const float amax = r.f_amax, rn = r.f_rn, rd = r.f_rd;
   const float atol = static_cast<float>(b.atol), rtol = static_cast<float>(b.rtol);
   const uint32_t u2 = r.u2;
   const uint32_t umax = r.s.max_ulp > 0xffffffffull ? 0xffffffffu : static_cast<uint32_t>(r.s.max_ulp);
@@ -446,7 +493,7 @@ KV_HD void step_chunks_lean16(Running& r, const HotSrc& hot, const ColdSrc& cold
       se = fmaf(d, d, se);
       sr = fmaf(o, o, sr);
       emax = fmaxf(emax, err);
-      f |= err > h * ao;
+      f |= lean16_rel_flag(err, ao, rn, rd);
       if constexpr (TC != TO) f |= lean_ulp16<TC, TO>(cb, ob, o) > umax;
       p |= static_cast<unsigned>(err > fmaf(rtol, ao, atol)) << (e - k * kChunk);
     }
