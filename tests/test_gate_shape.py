@@ -1,6 +1,7 @@
-"""The gates' shape (kverify.check._gate_shape): the costly gates (SMALL_SHAPE_GATES: G09, G10, G11)
-run at a smaller binding of the free dimensions when the inputs are large and the candidate is
-accurate there, else at the problem's own shape; every other gate always sees the own shape."""
+"""The gates' shape (kverify.check._gate_shape): the costly gates (G09, G10, G11) run at a smaller
+binding of the free dimensions when the inputs are large and the candidate is accurate there, else
+at the problem's own shape, and G05 varies one dimension at a time around it; every other gate
+always sees the own shape."""
 import json
 
 import pytest
@@ -41,6 +42,8 @@ CANDIDATES = {
     "nan_to_zero": "        return torch.nan_to_num(torch.relu(x), nan=0.0)\n",
     # NaN -> 0 only on a path for large inputs: G03 must see the own shape to catch it
     "nan_to_zero_when_large": "        y = torch.relu(x)\n        return torch.nan_to_num(y, nan=0.0) if x.numel() > 65536 else y\n",
+    # wrong only at dim = 4100 (the default + 1): G05 must still try it, with batch at the small shape
+    "wrong_at_4100": "        return torch.relu(x) * (0.5 if x.shape[1] == 4100 else 1.0)\n",
 }
 
 
@@ -64,6 +67,27 @@ def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tm
     rep, by = _check(tmp_path, "nan_to_zero_when_large")
     assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 67}  # the probe sees nothing wrong
     assert by["G03"]["verdict"] == "FAIL", by["G03"]
+
+
+def test_g05_varies_one_dimension_at_a_time_around_the_small_shape(tmp_path):
+    rep, by = _check(tmp_path, "correct", gates=["G01", "G05", "G09"])
+    small = rep["meta"]["gate_shape"]["binding"]
+    assert small == {"batch_size": 64, "dim": 67}
+    bindings = [v["binding"] for v in by["G05"]["evidence"]["variants"]]
+    combos = [{"batch_size": 13, "dim": 13}, {"batch_size": 63, "dim": 4098}]
+    for b in bindings:
+        if b not in combos:
+            assert sum(b[d] != small[d] for d in b) == 1, b  # one dimension varied, the other at the small shape
+    dims_tried = {b["dim"] for b in bindings if b["batch_size"] == 64}
+    assert {1, 66, 68, 4098, 4099, 4100, 6149} <= dims_tried, sorted(dims_tried)  # small +-1, default +-1, 1.5x
+    assert all(c in bindings for c in combos), bindings
+    assert by["G05"]["verdict"] == "PASS", by["G05"]
+    # a defect at the default + 1 alone is still found, at the small batch
+    rep, by = _check(tmp_path, "wrong_at_4100", gates=["G01", "G05", "G09"])
+    assert rep["meta"]["gate_shape"]["binding"] == small
+    g05 = by["G05"]
+    assert g05["verdict"] == "FAIL", g05
+    assert any(v["verdict"] == "FAIL" and v["binding"] == {"batch_size": 64, "dim": 4100} for v in g05["evidence"]["variants"])
 
 
 @pytest.mark.parametrize("name,why", [("own_only", "raised"), ("wrong_elsewhere", "not accurate")])

@@ -194,7 +194,7 @@ def markdown(rep: dict) -> str:
                  + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
                  "in a longer run judges them fully.")
     if rep.get("gate_shapes"):
-        L.append("\nShape of the small-shape gates (G09, G10, G11; `meta.gate_shape`): "
+        L.append("\nShape of the small-shape gates (G05's base, G09, G10, G11; `meta.gate_shape`): "
                  + "; ".join(f"{k}: {n} row(s)" for k, n in rep["gate_shapes"].items()) + ".")
     verdicts = sorted({v for c in rep["gates"].values() for v in c})
     L += ["\n## Gates\n", "| gate | tolerance-free | " + " | ".join(verdicts) + " |", "|---|---|" + "---|" * len(verdicts)]

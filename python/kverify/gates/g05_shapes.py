@@ -4,7 +4,11 @@ Contract: every free dimension at adversarial sizes — 1, small primes, tile si
 63/65, 127/129, 255/257), the default +-1 and one size above the default within a memory budget
 — alone, and two combinations (all dimensions 13; all dimensions default-1): each variant that the
 reference can run passes the contract and the accuracy rule, or raises a clear error
-(UNSUPPORTED). A silently wrong variant fails, and is shrunk to the smallest failing shape found
+(UNSUPPORTED). "Alone": the other dimensions at the gates' small shape when the check found one
+(kverify.check._gate_shape; the dimension varied also at its small size +-1 there), else at their
+defaults. With large inputs each variant at the defaults costs an fp64 oracle run near the own
+shape in kverify's process (the H200 audit spent ~200 CPU s per such row planning G05); around the
+small shape only the default-1 combination is that large. A silently wrong variant fails, and is shrunk to the smallest failing shape found
 (passes: dimension -> 1, -> nearest smaller small prime, halve, minus one; Hypothesis-style).
 Catches: sizes hard-coded with #define, missing bounds checks on the last tile, vectorised loads
 that assume divisibility by 4/8, grid sizes computed for the default shape only.
@@ -44,12 +48,17 @@ def _budget(ctx: Context) -> int:
 
 
 def variants(ctx: Context) -> list[dict]:
+    """The bindings G05 checks (module docstring), in a fixed order without repeats."""
     dims = ctx.problem.dims
+    base = {**dims, **(ctx.binding or {})}  # the other dimensions' sizes while one is varied
     out: list[dict] = []
     for d, v in dims.items():
-        for s in sorted(set(SIZES) | {v - 1, v + 1, v + v // 2 + 1}):
-            if s >= 1 and s != v:
-                out.append({**dims, d: s})
+        sizes = set(SIZES) | {v - 1, v + 1, v + v // 2 + 1}
+        if base[d] != v:
+            sizes |= {v, base[d] - 1, base[d] + 1}
+        for s in sorted(sizes):
+            if s >= 1 and s != base[d]:
+                out.append({**base, d: s})
     if len(dims) > 1:
         out.append({d: 13 for d in dims})
         out.append({d: max(1, v - 1) for d, v in dims.items()})
