@@ -8,6 +8,7 @@ import pytest
 
 from kverify.check import check
 from kverify.gates.base import SMALL_INPUTS
+from kverify.report import gate_shape_line
 
 # a ReLU problem whose inputs (64 x 4099) exceed SMALL_INPUTS elements
 REF = """import torch
@@ -60,6 +61,7 @@ def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tm
     shape = rep["meta"]["gate_shape"]
     assert shape["binding"] == {"batch_size": 64, "dim": 67}, shape
     assert "accurate" in shape["why"]
+    assert gate_shape_line(rep).startswith("G09, G10, G11 ran at batch_size=64, dim=67 (G05 varied")  # check's table
     assert all(g["verdict"] == "PASS" for g in by.values()), by
     rep, by = _check(tmp_path, "nan_to_zero")
     assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 67}
@@ -95,6 +97,7 @@ def test_a_candidate_made_for_its_own_shape_keeps_the_gates_there(tmp_path, name
     rep, by = _check(tmp_path, name)
     shape = rep["meta"]["gate_shape"]
     assert shape["binding"] is None and why in shape["why"], shape
+    assert gate_shape_line(rep) == "every gate ran at the own shape: " + shape["why"]
     assert all(g["verdict"] == "PASS" for g in by.values()), by  # at its own shape it is right
 
 
@@ -105,6 +108,7 @@ def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
     c = ROOT / "relu" / "correct.py"
     rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G10"])
     assert rep["meta"]["gate_shape"]["binding"] is None and "small already" in rep["meta"]["gate_shape"]["why"]
+    assert gate_shape_line(rep) is None  # nothing worth a line under the table
     fixed = REF.replace("batch_size = 64\ndim = 4099\n", "").replace("torch.randn(batch_size, dim)", "torch.randn(64, 4099)")
     cc = tmp_path / "c.py"
     cc.write_text(HEAD + CANDIDATES["correct"])

@@ -1,4 +1,6 @@
 """KernelBench loader: free dimensions, rebinding, input specs, load errors."""
+import time
+
 import pytest
 import torch
 
@@ -118,3 +120,53 @@ def test_seeded_weights_are_the_same_when_checks_run_in_threads():
         t.join()
     for s in serial:
         assert torch.equal(got[s], serial[s]), f"seed {s}: weights drawn while another thread seeded"
+
+
+CONV3D = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv3d(channels, channels, kernel_size)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+channels = 16
+kernel_size = 3
+
+
+def get_inputs():
+    return [torch.rand(2, channels, 8, 8, 8)]
+
+
+def get_init_inputs():
+    return [channels, kernel_size]
+"""
+
+
+def test_footprint_counts_inputs_parameters_and_outputs_on_meta_tensors():
+    """Problem.footprint: nothing is allocated, so a binding with ~10^10 weights is counted in
+    moments (G05 skips it as over its memory budget instead of building it: minutes on the H200)."""
+    p = Problem(CONV3D, "conv3d.py")
+    assert p.footprint() == 2 * 16 * 8**3 + (16 * 16 * 27 + 16) + 2 * 16 * 6**3
+    t = time.monotonic()
+    big = p.footprint({"kernel_size": 257})  # the forward rejects a kernel larger than the input
+    assert time.monotonic() - t < 5
+    assert big == 2 * 16 * 8**3 + 16 * 16 * 257**3 + 16  # inputs and parameters, no outputs
+    assert p.dims == {"channels": 16, "kernel_size": 3}  # the default binding again
+
+
+def test_g05_skips_variants_whose_parameters_exceed_its_budget(tmp_path):
+    from kverify.check import check
+
+    c = tmp_path / "c.py"
+    c.write_text(CONV3D.replace("class Model(", "class ModelNew(").split("\n\nchannels")[0] + "\n")
+    rep = check(CONV3D, "conv3d.py", c.read_text(), str(c), device="cpu", gates=["G01", "G05"], standard=False)
+    g05 = {g["gate"]: g for g in rep["gates"]}["G05"]
+    by = {v["binding"]["kernel_size"]: v for v in g05["evidence"]["variants"] if v["binding"]["channels"] == 16}
+    assert by[257]["verdict"] == "SKIPPED" and by[257]["reason"] == "over the memory budget", by[257]
+    assert by[5]["verdict"] == "PASS", by[5]

@@ -253,6 +253,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             bar.update(task, advance=1, counts=fmt(), rate=f"{finished / (time.monotonic() - t0) * 60:.1f}/min")
             log(row_line(row, report, klass, reason, seconds) + (f"  {note}" if note else ""))
 
+        stacks = os.environ.get(STACK_ENV)
+        if stacks and not (os.path.isdir(stacks) and os.access(stacks, os.W_OK)):
+            log(f"{STACK_ENV}={stacks} is not a writable folder: no stack dumps of interrupted rows")
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
             for row in todo:
                 t = time.monotonic()

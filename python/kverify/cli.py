@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="check these journalled rows again (their old records are kept in the journal's "
                          "'forgotten' table)")
     au.add_argument("--row-budget", type=float, default=None, metavar="S",
-                    help="seconds for each row's candidate calls; gates it cuts short are ERROR (not "
+                    help="seconds for each row's check from its start (loads, oracle runs, candidate calls; not "
+                         "the build); gates it cuts short are ERROR (not "
                          "established), a row no gate failed is then UNJUDGED, and the row is journalled, so "
                          "short runs always move on (default: no limit)")
     au.add_argument("--redo-budget", action="store_true",

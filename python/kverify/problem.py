@@ -252,6 +252,32 @@ class Problem:
             finally:
                 self.bind(None)  # the defaults again, as specs_at leaves them
 
+    def footprint(self, binding: dict[str, int] | None = None) -> int | None:
+        """Elements of the inputs, the reference model's parameters and buffers, and its outputs at
+        ``binding``, counted on meta tensors (nothing allocated, nothing computed): a lower bound,
+        without the outputs when the forward has no meta path or raises there (a shape the
+        reference rejects, say). None when get_inputs() or Model(...) cannot run on meta tensors.
+        A binding can make the parameters alone huge (a kernel_size of 257 in a Conv3d: ~10^10
+        weights), which counting the inputs misses. Leaves the default binding bound."""
+        with STATE_LOCK:
+            try:
+                self.bind(binding)
+                with torch.device("meta"):
+                    sample = self.module.get_inputs()
+                    model = self.module.Model(*self.module.get_init_inputs())
+                    n = sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
+                    n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+                    try:
+                        with torch.no_grad():
+                            n += sum(y.numel() for y in as_outputs(model(*sample)) if isinstance(y, torch.Tensor))
+                    except Exception:  # noqa: BLE001 — no meta kernel, or the shape is rejected
+                        pass
+                return n
+            except Exception:  # noqa: BLE001
+                return None
+            finally:
+                self.bind(None)
+
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
         with STATE_LOCK:

@@ -46,9 +46,25 @@ def replay_command(report: dict) -> str | None:
     return f"kverify check {src} --device {report['device']} --seed {report['seed']} --gates {','.join(failed)} -v"
 
 
+def gate_shape_line(report: dict) -> str | None:
+    """Where the small-shape gates ran (meta.gate_shape), when that is worth a line: a small shape,
+    or the own shape for a reason other than small inputs; None otherwise."""
+    shape = report.get("meta", {}).get("gate_shape") or {}
+    if shape.get("binding"):
+        dims = ", ".join(f"{k}={v}" for k, v in shape["binding"].items())
+        return f"G09, G10, G11 ran at {dims} (G05 varied one dimension at a time around it): {shape.get('why', '')}"
+    why = shape.get("why") or ""
+    if why and not why.startswith(("the inputs are small", "no gate of the check")):
+        return f"every gate ran at the own shape: {why}"
+    return None
+
+
 def print_report(report: dict, verbose: bool = False, console: Console | None = None) -> None:
     console = console or Console()
     console.print(gate_table(report, verbose))
+    line = gate_shape_line(report)
+    if line:
+        console.print(escape(line), highlight=False, soft_wrap=True)
     cmd = replay_command(report)
     if cmd:
         console.print(f"replay: {escape(cmd)}", highlight=False, soft_wrap=True)

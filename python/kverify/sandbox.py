@@ -226,7 +226,7 @@ class Sandbox:
             if line is None and load_wait < self.load_timeout:  # the deadline came during loading
                 self._kill(proc)
                 return self._out_of_budget(outcomes, start, len(jobs), str(log_path),
-                                           "while the candidate was still loading")
+                                           "before this worker had loaded the candidate")
             if line != "loaded":
                 self._kill(proc)
                 self._raise_load_error(jobdir, proc, line, log_path)

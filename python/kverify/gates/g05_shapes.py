@@ -70,8 +70,21 @@ def variants(ctx: Context) -> list[dict]:
     return uniq
 
 
+def _footprint(ctx: Context, b: dict | None) -> int | None:
+    key = ("G05/footprint", _key(b or {}))
+    if key not in ctx.cache:
+        ctx.cache[key] = ctx.problem.footprint(b)
+    return ctx.cache[key]
+
+
 def _valid(ctx: Context, b: dict) -> str | None:
-    """Why the reference cannot be run at ``b`` (error, over budget), or None. Caches its outputs."""
+    """Why the reference cannot be run at ``b`` (error, over budget), or None. Caches its outputs.
+    Over budget: inputs past _budget, or inputs + parameters + outputs (Problem.footprint, on meta
+    tensors, checked first: building a huge model for real took minutes on the H200 audit) past
+    BUDGET_FACTOR times the own shape's, at least MIN_BUDGET."""
+    own, here = _footprint(ctx, None), _footprint(ctx, b)
+    if own is not None and here is not None and here > max(MIN_BUDGET, BUDGET_FACTOR * own):
+        return "over the memory budget"
     try:
         specs = ctx.specs_at(b)
     except Exception as e:  # noqa: BLE001
