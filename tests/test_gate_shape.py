@@ -133,6 +133,20 @@ def test_the_shrink_rule():
         return numel(b)
     assert shrink_bindings({"n": 128, "c": 3, "h": 40}, fragile, 2000) == tries[:3]
     assert shrink_bindings({"n": 8, "c": 3}, lambda b: 10**9, 10) == [{"n": 8, "c": 3}]
+    # the ladder for references that need even sizes: twice an odd number, 66 -> 34 -> 18 -> 10
+    assert shrink_bindings({"n": 128, "c": 3, "h": 40}, numel, 2000, even=True) == [
+        {"n": 66, "c": 3, "h": 40}, {"n": 34, "c": 3, "h": 40}, {"n": 34, "c": 3, "h": 22}, {"n": 18, "c": 3, "h": 22}]
+
+
+def test_a_reference_that_needs_even_sizes_gets_an_even_small_shape(tmp_path):
+    """A reference that pairs up its last dimension runs at no odd size: the small shape then
+    comes from the even ladder (twice an odd number, not a multiple of 4)."""
+    ref = (REF.replace("return torch.relu(x)", "return x.view(x.shape[0], -1, 2).sum(-1)")
+           .replace("dim = 4099", "dim = 4100"))
+    c = tmp_path / "c.py"
+    c.write_text(HEAD + "        return x.view(x.shape[0], -1, 2).sum(-1)\n")
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G10"])
+    assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 66}, rep["meta"]["gate_shape"]
 
 
 def test_g06_keeps_the_own_shape_for_its_long_sums(tmp_path):

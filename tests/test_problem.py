@@ -47,6 +47,52 @@ def test_bind_changes_specs_and_rejects_unknown():
         p.bind({"unused": 3})
 
 
+DERIVED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels, multiplier_shape):
+        super().__init__()
+        self.multiplier = nn.Parameter(torch.randn(multiplier_shape))
+
+    def forward(self, x):
+        return x * self.multiplier
+
+
+batch_size = 4
+channels = 8
+depth, height, width = 3, 5, 7
+multiplier_shape = (channels, 1, 1, 1)
+label = "fixed"
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, depth, height, width)]
+
+
+def get_init_inputs():
+    return [channels, multiplier_shape]
+"""
+
+
+def test_tuple_assigned_dimensions_are_free_and_derived_constants_follow_a_binding():
+    """``d, h, w = ...`` gives free dimensions too (the spatial sizes of most conv problems), and a
+    constant computed from a free dimension is evaluated again when it is rebound (else the
+    reference fails at every other shape: multiplier (8,1,1,1) against 3 channels)."""
+    assert free_dimensions(DERIVED) == {"batch_size": 4, "channels": 8, "depth": 3, "height": 5, "width": 7}
+    p = Problem(DERIVED, "derived.py")
+    p.bind({"channels": 3, "width": 9})
+    assert (p.module.channels, p.module.multiplier_shape, p.module.width, p.module.label) == (3, (3, 1, 1, 1), 9, "fixed")
+    p.bind(None)
+    assert (p.module.channels, p.module.multiplier_shape, p.module.width) == (8, (8, 1, 1, 1), 7)
+    assert p.input_specs(0, {"channels": 3})[0].shape == (4, 3, 3, 5, 7)
+    p.bind({"channels": 3})
+    with torch.no_grad():
+        assert p.reference_model(0, "cpu")(torch.ones(4, 3, 3, 5, 7)).shape == (4, 3, 3, 5, 7)
+    p.bind(None)
+
+
 def test_synthesis_is_reproducible():
     p = Problem(REF, "ref.py")
     specs = p.input_specs(0)

@@ -65,22 +65,52 @@ def exec_module(source: str, path: str, name: str, what: str) -> types.ModuleTyp
     return mod
 
 
-def free_dimensions(source: str) -> dict[str, int]:
-    """Top-level ``NAME = <int expression>`` constants read by get_inputs/get_init_inputs (or by
-    top-level functions they call). Values are evaluated from literals and earlier constants."""
-    tree = ast.parse(source)
-    consts: dict[str, int] = {}
-    funcs: dict[str, ast.FunctionDef] = {}
+def _assignments(tree: ast.Module) -> list[tuple[tuple[str, ...], ast.expr, bool]]:
+    """Top-level assignments to names, in source order: (names, value, unpack) for ``a = ...``
+    (unpack False) and ``a, b = ...`` (unpack True)."""
+    out = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                val = eval(compile(ast.Expression(node.value), "<dim>", "eval"), {"__builtins__": {}}, dict(consts))
-            except Exception:  # noqa: BLE001 — not a constant expression
-                continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t = node.targets[0]
+            if isinstance(t, ast.Name):
+                out.append(((t.id,), node.value, False))
+            elif isinstance(t, ast.Tuple) and t.elts and all(isinstance(e, ast.Name) for e in t.elts):
+                out.append((tuple(e.id for e in t.elts), node.value, True))
+    return out
+
+
+def _constant(value: ast.expr, names: tuple[str, ...], unpack: bool, ns: dict) -> tuple | None:
+    """The values an assignment gives ``names`` when its right-hand side is an expression of
+    literals and earlier constants (``ns``; no builtins, no calls of anything else), else None."""
+    try:
+        val = eval(compile(ast.Expression(value), "<dim>", "eval"), {"__builtins__": {}}, dict(ns))
+    except Exception:  # noqa: BLE001 — not a constant expression
+        return None
+    if not unpack:
+        return (val,)
+    if not isinstance(val, (tuple, list)) or len(val) != len(names):
+        return None
+    return tuple(val)
+
+
+def free_dimensions(source: str) -> dict[str, int]:
+    """Top-level integer constants (``n = 4096``, ``d, h, w = 16, 32, 32``, or expressions of
+    earlier constants) read by get_inputs/get_init_inputs (or by top-level functions they call)."""
+    tree = ast.parse(source)
+    ns: dict[str, object] = {}
+    consts: dict[str, int] = {}
+    for names, value, unpack in _assignments(tree):
+        vals = _constant(value, names, unpack, ns)
+        for name in names:
+            ns.pop(name, None)
+            consts.pop(name, None)
+        if vals is None:
+            continue
+        for name, val in zip(names, vals):
+            ns[name] = val
             if isinstance(val, int) and not isinstance(val, bool):
-                consts[node.targets[0].id] = val
-        elif isinstance(node, ast.FunctionDef):
-            funcs[node.name] = node
+                consts[name] = val
+    funcs = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     used: set[str] = set()
     todo = [f for f in ("get_inputs", "get_init_inputs") if f in funcs]
     seen: set[str] = set()
@@ -95,6 +125,20 @@ def free_dimensions(source: str) -> dict[str, int]:
                 if n.id in funcs:
                     todo.append(n.id)
     return {k: v for k, v in consts.items() if k in used}
+
+
+def derived_constants(source: str, dims: dict[str, int]) -> set[str]:
+    """Names of the top-level constants computed from free dimensions (``multiplier_shape =
+    (out_channels, 1, 1, 1)``, directly or through other such constants) that Problem.bind
+    evaluates again. Without it a derived constant keeps its default while the free dimension
+    it came from is rebound, and the reference fails at every other shape."""
+    derived, moving = set(), set(dims)
+    for names, value, _ in _assignments(ast.parse(source)):
+        reads = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        if reads & moving:
+            derived |= set(names) - set(dims)
+            moving |= set(names)
+    return derived
 
 
 @dataclass
@@ -192,15 +236,32 @@ class Problem:
                 raise LoadError(path, f"reference defines no {name}")
         try:
             self.dims = free_dimensions(source)
+            self._derived = derived_constants(source, self.dims)
+            self._assignments = _assignments(ast.parse(source)) if self._derived else []
         except SyntaxError as e:  # already parsed above; defensive
             raise LoadError(path, f"reference is not valid Python: {e}") from None
 
     def bind(self, binding: dict[str, int] | None) -> None:
-        """Set free dimensions (unknown names raise LoadError); None restores the defaults."""
-        for k, v in {**self.dims, **(binding or {})}.items():
+        """Set free dimensions (unknown names raise LoadError) and the module constants computed
+        from them (derived_constants), evaluated again; None restores the defaults."""
+        values = {**self.dims, **(binding or {})}
+        for k in values:
             if k not in self.dims:
                 raise LoadError(self.path, f"'{k}' is not a free dimension (free: {sorted(self.dims)})")
+        for k, v in values.items():
             setattr(self.module, k, int(v))
+        ns: dict[str, object] = {}  # the constants, as free_dimensions evaluates them, at this binding
+        for names, value, unpack in self._assignments:
+            vals = _constant(value, names, unpack, ns)
+            for n, v in zip(names, vals if vals is not None else (None,) * len(names)):
+                if n in self.dims:
+                    ns[n] = int(values[n])
+                elif vals is None:
+                    ns.pop(n, None)
+                else:
+                    ns[n] = v
+                    if n in self._derived:
+                        setattr(self.module, n, v)
 
     def init_inputs(self, seed: int) -> list:
         with STATE_LOCK:

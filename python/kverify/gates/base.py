@@ -107,16 +107,19 @@ class Context:
         key = ("small_binding", limit)
         if key in self.cache:
             return self.cache[key]
-        tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit,
-                                own=spec_numel(self.specs))
         found = None
-        for t in reversed(tries):
-            try:
-                self.oracle.run(synthesize(self.specs_at(t), self.seed, self.device), t)
-            except Exception:  # noqa: BLE001 — the reference cannot run there: try a larger shape
-                continue
-            found = t
-            break
+        for even in (False, True):  # odd sizes first; a reference that needs even ones, at 2 x odd
+            tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit,
+                                    own=spec_numel(self.specs), even=even)
+            for t in reversed(tries):
+                try:
+                    self.oracle.run(synthesize(self.specs_at(t), self.seed, self.device), t)
+                except Exception:  # noqa: BLE001 — the reference cannot run there: try a larger shape
+                    continue
+                found = t
+                break
+            if found is not None:
+                break
         self.cache[key] = found
         return found
 
@@ -152,16 +155,20 @@ def shape_problem(cand, oracle) -> str | None:
 __all__ = ["Context", "values", "value_at", "shape_problem"]
 
 
-def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None = None) -> list[dict[str, int]]:
+def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None = None,
+                    even: bool = False) -> list[dict[str, int]]:
     """The shapes small_binding tries, largest first: every free dimension above 64 lowered to 67
     (odd, past a 64-wide tile), then, while ``numel_at(binding)`` (input elements; it may raise:
     that shape cannot be built, and the shrinking stops before it) exceeds ``limit``, the largest
     dimension above 9 (ties: by name) lowered to max(9, v // 2 | 1), an odd size past a
     power-of-two tile (67 -> 33 -> 17 -> 9). Dimensions of 9 or less (kernel sizes, strides,
-    channels of 3) are never changed. Empty when even the first shape cannot be built. With
-    ``own`` (the own shape's input elements), only shapes with at most half of them: a shape
-    barely smaller saves too little for the probe and the extra oracle runs it costs."""
-    b = {k: (67 if v > 64 else v) for k, v in dims.items()}
+    channels of 3) are never changed. ``even``: the ladder for references that need even sizes,
+    twice an odd number (66 -> 34 -> 18 -> 10; dimensions of 10 or less unchanged). Empty when even
+    the first shape cannot be built. With ``own`` (the own shape's input elements), only shapes
+    with at most half of them: a shape barely smaller saves too little for the probe and the extra
+    oracle runs it costs."""
+    top, floor = (66, 10) if even else (67, 9)
+    b = {k: (top if v > 64 else v) for k, v in dims.items()}
     tries = [dict(b)]
     while True:
         try:
@@ -170,11 +177,11 @@ def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None 
         except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop before it
             tries.pop()
             break
-        big = [k for k in sorted(b) if b[k] > 9]
+        big = [k for k in sorted(b) if b[k] > floor]
         if not big:
             break
         k = max(big, key=lambda d: b[d])
-        b[k] = max(9, (b[k] // 2) | 1)
+        b[k] = max(floor, 2 * ((b[k] // 4) | 1) if even else (b[k] // 2) | 1)
         tries.append(dict(b))
     return tries if own is None else [t for t in tries if 2 * numel_at(t) <= own]
 
