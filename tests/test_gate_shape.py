@@ -58,6 +58,8 @@ def _check(tmp_path, name, gates=("G01", "G02", "G03", "G10")):
 def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tmp_path):
     assert 64 * 4099 > SMALL_INPUTS
     rep, by = _check(tmp_path, "correct", gates=[f"G{k:02d}" for k in range(1, 13)])  # every gate, each shape path
+    from kverify.check import RULES
+    assert rep["meta"]["rules"] == RULES
     shape = rep["meta"]["gate_shape"]
     assert shape["binding"] == {"batch_size": 64, "dim": 67}, shape
     assert "accurate" in shape["why"]
@@ -81,7 +83,8 @@ def test_g05_varies_one_dimension_at_a_time_around_the_small_shape(tmp_path):
         if b not in combos:
             assert sum(b[d] != small[d] for d in b) == 1, b  # one dimension varied, the other at the small shape
     dims_tried = {b["dim"] for b in bindings if b["batch_size"] == 64}
-    assert {1, 66, 68, 4098, 4099, 4100, 6149} <= dims_tried, sorted(dims_tried)  # small +-1, default +-1, 1.5x
+    assert {1, 66, 68, 4098, 4100, 6149} <= dims_tried, sorted(dims_tried)  # small +-1, default +-1, 1.5x
+    assert {"batch_size": 64, "dim": 4099} not in bindings  # the own shape is G02's
     assert all(c in bindings for c in combos), bindings
     assert by["G05"]["verdict"] == "PASS", by["G05"]
     # a defect at the default + 1 alone is still found, at the small batch
@@ -134,19 +137,34 @@ def test_the_shrink_rule():
     assert shrink_bindings({"n": 128, "c": 3, "h": 40}, fragile, 2000) == tries[:3]
     assert shrink_bindings({"n": 8, "c": 3}, lambda b: 10**9, 10) == [{"n": 8, "c": 3}]
     # the ladder for references that need even sizes: twice an odd number, 66 -> 34 -> 18 -> 10
-    assert shrink_bindings({"n": 128, "c": 3, "h": 40}, numel, 2000, even=True) == [
+    assert shrink_bindings({"n": 128, "c": 3, "h": 40}, numel, 2000, multiple=2) == [
         {"n": 66, "c": 3, "h": 40}, {"n": 34, "c": 3, "h": 40}, {"n": 34, "c": 3, "h": 22}, {"n": 18, "c": 3, "h": 22}]
+    assert shrink_bindings({"n": 128, "c": 3, "h": 40}, numel, 2000, multiple=4) == [
+        {"n": 68, "c": 3, "h": 40}, {"n": 36, "c": 3, "h": 40}, {"n": 36, "c": 3, "h": 20}, {"n": 20, "c": 3, "h": 20}]
+    # with own: shrinking goes on until a shape has at most half the own inputs, even when the
+    # first one is under the limit already (it stopped there and kept no shape at all)
+    assert shrink_bindings({"n": 72, "h": 40}, lambda b: b["n"] * b["h"], 4000, own=72 * 40) == [{"n": 33, "h": 40}]
 
 
-def test_a_reference_that_needs_even_sizes_gets_an_even_small_shape(tmp_path):
-    """A reference that pairs up its last dimension runs at no odd size: the small shape then
-    comes from the even ladder (twice an odd number, not a multiple of 4)."""
-    ref = (REF.replace("return torch.relu(x)", "return x.view(x.shape[0], -1, 2).sum(-1)")
-           .replace("dim = 4099", "dim = 4100"))
+@pytest.mark.parametrize("group,dim", [(2, 66), (4, 68)])
+def test_a_reference_that_needs_multiples_gets_a_small_shape_of_multiples(tmp_path, group, dim):
+    """A reference that pairs up (or quarters) its last dimension runs at no odd size: the small
+    shape then comes from the ladder of 2 (4) x odd sizes, and G05 tries its sizes times 2 (4),
+    where a defect in the last tile past 256 shows (wrong when dim % 256 != 0 beyond 256)."""
+    body = f"x.view(x.shape[0], -1, {group}).sum(-1)"
+    ref = REF.replace("return torch.relu(x)", "return " + body).replace("dim = 4099", "dim = 4096")
     c = tmp_path / "c.py"
-    c.write_text(HEAD + "        return x.view(x.shape[0], -1, 2).sum(-1)\n")
-    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G10"])
-    assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": 66}, rep["meta"]["gate_shape"]
+    c.write_text(HEAD + f"        return {body}\n")
+    rep = check(ref, "reference.py", c.read_text(), str(c), device="cpu", gates=["G01", "G05", "G10"])
+    assert rep["meta"]["gate_shape"]["binding"] == {"batch_size": 64, "dim": dim}, rep["meta"]["gate_shape"]
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert by["G05"]["verdict"] == "PASS", by["G05"]
+    bad = tmp_path / "bad.py"
+    bad.write_text(HEAD + f"        y = {body}\n"
+                   "        if x.shape[1] > 256 and x.shape[1] % 256:\n            y[:, -1] = 0\n        return y\n")
+    rep = check(ref, "reference.py", bad.read_text(), str(bad), device="cpu", gates=["G01", "G05"])
+    g05 = {g["gate"]: g for g in rep["gates"]}["G05"]
+    assert g05["verdict"] == "FAIL", g05
 
 
 def test_g06_keeps_the_own_shape_for_its_long_sums(tmp_path):
@@ -183,6 +201,9 @@ def test_the_audit_report_counts_where_the_small_shape_gates_ran():
     assert rep["gate_shapes"] == {"small": 2, "own: probe: the candidate raised AssertionError": 1,
                                   "own: the inputs are small already": 1, "not recorded": 1}, rep["gate_shapes"]
     assert "small: 2 row(s)" in markdown(rep)
+    # and by which judging rules (meta.rules; rows from before kverify recorded them counted apart)
+    assert rep["rules"] == {"before 2026-11-30": 5}
+    assert "before 2026-11-30: 5 row(s)" in markdown(rep)
 
 
 @pytest.mark.parametrize("op,verdict", [("argmax", "PASS"), ("argmin", "FAIL")])

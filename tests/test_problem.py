@@ -91,6 +91,14 @@ def test_tuple_assigned_dimensions_are_free_and_derived_constants_follow_a_bindi
     with torch.no_grad():
         assert p.reference_model(0, "cpu")(torch.ones(4, 3, 3, 5, 7)).shape == (4, 3, 3, 5, 7)
     p.bind(None)
+    # a derived constant whose expression fails at a binding keeps its import-time value, and the
+    # defaults restore what the module was loaded with even when a name is assigned twice
+    q = Problem(DERIVED.replace('label = "fixed"', 'label = 12 // (channels - 3)\nwidth2 = width * 2\nwidth = 5'), "d2.py")
+    assert (q.module.label, q.module.width2) == (2, 14)
+    q.bind({"channels": 3})
+    assert q.module.label == 2  # 12 // 0 raised: the value the module was loaded with
+    q.bind(None)
+    assert (q.module.width, q.module.width2) == (5, 14)
 
 
 def test_synthesis_is_reproducible():
@@ -203,7 +211,7 @@ def test_footprint_counts_inputs_parameters_and_outputs_on_meta_tensors():
     big = p.footprint({"kernel_size": 257})  # the forward rejects a kernel larger than the input
     assert time.monotonic() - t < 5
     assert big == 2 * 16 * 8**3 + 16 * 16 * 257**3 + 16  # inputs and parameters, no outputs
-    assert p.dims == {"channels": 16, "kernel_size": 3}  # the default binding again
+    assert (p.module.channels, p.module.kernel_size) == (16, 3)  # the default binding again
 
 
 def test_g05_skips_variants_whose_parameters_exceed_its_budget(tmp_path):

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "kverify/compare/compare.hpp"
@@ -519,6 +520,29 @@ double rewalk_fraction(int threads, int per_thread, int warmup, bool share = fal
   return static_cast<double>(slow) / static_cast<double>(counted);
 }
 }  // namespace
+
+TEST(Compare, LeanSharedThresholdsAtManyStepsPerThread) {
+  // check_two_chunk_steps shares thresholds over at most 21 steps: with 32 lanes that is one warp
+  // step. Here 9 and 4 steps per lane (and a tail), every scenario, every 16-bit pair: thresholds
+  // shared after each warp step give the same measurements as each lane's own.
+  for (int n : {16 * 32 * 9 + 13, 16 * 32 * 4 + 3}) {
+    for (int k = 0; k < kScenarios; ++k) {
+      auto [cv, ov] = scenario(k, n);
+      const Bound b{1e-3, 2e-3};
+      const std::string at = "n " + std::to_string(n) + " scenario " + std::to_string(k);
+      auto both = [&](auto tc, auto to, const std::string& pair) {
+        constexpr DType TC = decltype(tc)::value, TO = decltype(to)::value;
+        TwoLayouts c(TC, cv), o(TO, ov);
+        expect_bitwise_equal(drive16<TC, TO>(c, o, b, 32, true, true), drive16<TC, TO>(c, o, b, 32, true), pair + " " + at);
+      };
+      both(std::integral_constant<DType, DType::BF16>{}, std::integral_constant<DType, DType::BF16>{}, "bf16/bf16");
+      both(std::integral_constant<DType, DType::BF16>{}, std::integral_constant<DType, DType::F16>{}, "bf16/f16");
+      both(std::integral_constant<DType, DType::F16>{}, std::integral_constant<DType, DType::BF16>{}, "f16/bf16");
+      if (k == 3 || k == 4 || k == 6 || k == 7) continue;  // out of fp16's range
+      both(std::integral_constant<DType, DType::F16>{}, std::integral_constant<DType, DType::F16>{}, "f16/f16");
+    }
+  }
+}
 
 TEST(Compare, LeanRewalkIsRareOnRealisticData) {
   // A speed property guarded on the CPU (CI has no GPU): each chunk that reads `cold` re-reads its

@@ -258,8 +258,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             log(f"{STACK_ENV}={stacks} is not a writable folder: no stack dumps of interrupted rows")
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
             for row in todo:
-                t = time.monotonic()
-                record(row, *check_row(corpus, row, opts), time.monotonic() - t)
+                t, cpu = time.monotonic(), cpu_seconds()
+                res = check_row(corpus, row, opts)
+                seconds = time.monotonic() - t
+                record(row, *res, seconds, note=f"[check {seconds:.0f}s, cpu {cpu_seconds() - cpu:.0f}s]")
         else:
             _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib)
     j.close()

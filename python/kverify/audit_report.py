@@ -115,6 +115,7 @@ def build(kernels: list[dict]) -> dict:
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     shapes = Counter(_gate_shape(k) for k in kernels if k.get("report"))
+    rules = Counter(_rules(k) for k in kernels if k.get("report"))
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
             "tolerance_free": tf,
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
@@ -127,7 +128,16 @@ def build(kernels: list[dict]) -> dict:
             "rows_cut_by_row_budget": sum(any(cut_by_budget(r["verdict"], r["summary"]) for r in k["gates"].values())
                                           for k in kernels),
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
-            "failure_sample": sample}
+            "rules": dict(sorted(rules.items())), "failure_sample": sample}
+
+
+def _rules(kernel: dict) -> str:
+    """The judging rules a journalled row was judged by (report meta.rules, kverify.check.RULES);
+    "before 2026-11-30" for rows judged before kverify recorded them."""
+    try:
+        return json.loads(kernel["report"])["meta"].get("rules") or "before 2026-11-30"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "before 2026-11-30"
 
 
 def _gate_shape(kernel: dict) -> str:
@@ -193,6 +203,9 @@ def markdown(rep: dict) -> str:
                  "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
                  + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
                  "in a longer run judges them fully.")
+    if len(rep.get("rules", {})) > 1 or any(k.startswith("before") for k in rep.get("rules", {})):
+        L.append("\nJudging rules (`meta.rules`; rows judged by older rules may differ if checked again: "
+                 "`kverify audit --redo ID,...`): " + "; ".join(f"{k}: {n} row(s)" for k, n in rep["rules"].items()) + ".")
     if rep.get("gate_shapes"):
         L.append("\nShape of the small-shape gates (G05's base, G09, G10, G11; `meta.gate_shape`): "
                  + "; ".join(f"{k}: {n} row(s)" for k, n in rep["gate_shapes"].items()) + ".")

@@ -190,6 +190,12 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         sandbox.cleanup()
 
 
+#: The judging rules' revision, in every report (meta.rules): changed whenever a change can make
+#: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
+#: contracts), so that an audit report can say which journalled rows were judged by older rules
+#: (kverify report; `kverify audit --redo ID,...` judges them again).
+RULES = "2026-11-30"
+
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (a reference run per input and parameter, outputs compared bit by bit), G10
 #: (an fp64 oracle per scale) and G11 (each sanitizer tool is a worker run of its own, ~30 s on the
@@ -239,7 +245,7 @@ def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
     except Exception as e:  # noqa: BLE001 — kverify's own fault: the own shape is always safe
         return {"binding": None, "why": f"probe failed in kverify: {type(e).__name__}: {e}"[:300]}
     ctx.binding = b
-    return {"binding": b, "why": f"the candidate is accurate at {b} (G02's rule), inputs "
+    return {"binding": b, "why": f"the candidate is accurate there (G02's rule); inputs "
                                  f"{spec_numel(ctx.specs_at(b))} elements instead of {spec_numel(ctx.specs)}"}
 
 
@@ -319,10 +325,14 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
          tolerance: float, t0: float, reference_path: str, candidate_path: str, split: bool = False) -> dict:
     plans: dict[str, list[dict]] = {}
     results: dict[str, dict] = {}
-    # split: gates with a WORKER of their own are planned in the background and run in that worker
-    own = _split_workers(gate_ids) if split else {}
+    # gates with a WORKER of their own (G05, whose planning runs the reference at every variant;
+    # G09 and G10): split, planned in the background and run in that worker; else planned and run
+    # in the main worker after the other gates' jobs, so that their planning cannot spend the
+    # check's budget before any other gate ran
+    groups = _split_workers(gate_ids)
+    own, later = (groups, {}) if split else ({}, groups)
     for g in gate_ids:
-        if worker_of(g) not in own:
+        if worker_of(g) not in groups:
             _plan(ctx, g, plans, results)
     serial = os.environ.get("KVERIFY_SERIAL_CHECK") == "1"
     std_future = pool.submit(_standard, sandbox, tolerance) if standard and not serial else None
@@ -359,8 +369,9 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
     jobs = [j for g in plans for j in plans[g]]
     t_setup = time.monotonic()
     outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
-    for f in own_futures:  # a load error there propagates like the main worker's
-        own_plans, own_results, outs = f.result()
+    done = [f.result() for f in own_futures]  # a load error there propagates like the main worker's
+    done += [plan_and_run(MAIN_WORKER, gs) for gs in later.values()]  # in the main worker, after its jobs
+    for own_plans, own_results, outs in done:
         plans.update(own_plans)
         results.update(own_results)
         outcomes.update(outs)
@@ -383,7 +394,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
     std_seconds = std.pop("seconds", 0.0)
     report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
               "gates": [results[g] for g in gate_ids], "standard": std,
-              "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__,
+              "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
                        "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
                        "inputs": [s.to_json() for s in ctx.specs],
                        "seconds": {"setup": round(t_setup - t0, 3),

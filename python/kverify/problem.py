@@ -171,17 +171,26 @@ class InputSpec:
         return math.prod(self.shape)
 
 
-#: infer_dist takes the mean and standard deviation of at most this many elements of a sample
-#: (evenly strided): an fp64 copy of a whole GiB-sized input cost seconds per call on the H200
-#: audit, and 2^20 draws fix both to the 3 decimals kept.
+#: infer_dist takes the mean and standard deviation of about this many elements of a sample (a
+#: prime stride, so that it does not line up with the tensor's rows): an fp64 copy of a whole
+#: GiB-sized input cost seconds per call on the H200 audit. Their third decimal (the precision
+#: kept) can differ from the whole sample's.
 DIST_SAMPLE = 1 << 20
+
+
+def _prime_at_least(n: int) -> int:
+    """The smallest prime >= n (n small: a trial division)."""
+    n = max(n, 2)
+    while any(n % p == 0 for p in range(2, math.isqrt(n) + 1)):
+        n += 1
+    return n
 
 
 def infer_dist(t: torch.Tensor) -> Dist:
     """A distribution resembling a sample drawn by get_inputs (torch.rand, randn, randint...): the
     integer range, or uniform on [0, 1) / [0, ceil(max)) when no element is negative, else a normal
-    with the sample's mean and standard deviation (of DIST_SAMPLE strided elements at most; the
-    range is always the whole sample's)."""
+    with the sample's mean and standard deviation (of about DIST_SAMPLE elements at a prime
+    stride; the range is always the whole sample's)."""
     if t.dtype == torch.bool:
         return Dist("uniform_int", 0, 1)
     if not t.is_floating_point():
@@ -191,10 +200,13 @@ def infer_dist(t: torch.Tensor) -> Dist:
     t = t.detach()
     if t.numel() == 0:
         return Dist("normal", 0.0, 1.0)
+    if t.element_size() == 1:  # float8: no min/max kernels of its own
+        t = t.float()
     lo_t, hi_t = torch.aminmax(t)
     lo, hi = float(lo_t), float(hi_t)
     flat = t.reshape(-1)
-    x = flat[:: max(1, flat.numel() // DIST_SAMPLE)].double()
+    step = 1 if flat.numel() <= DIST_SAMPLE else _prime_at_least(flat.numel() // DIST_SAMPLE)
+    x = flat[::step].double()
     if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or Inf in the sample: the finite elements
         x = t.double()
         x = x[torch.isfinite(x)]
@@ -238,6 +250,7 @@ class Problem:
             self.dims = free_dimensions(source)
             self._derived = derived_constants(source, self.dims)
             self._assignments = _assignments(ast.parse(source)) if self._derived else []
+            self._derived_defaults = {n: getattr(self.module, n) for n in self._derived if hasattr(self.module, n)}
         except SyntaxError as e:  # already parsed above; defensive
             raise LoadError(path, f"reference is not valid Python: {e}") from None
 
@@ -250,13 +263,17 @@ class Problem:
                 raise LoadError(self.path, f"'{k}' is not a free dimension (free: {sorted(self.dims)})")
         for k, v in values.items():
             setattr(self.module, k, int(v))
+        for n, v in self._derived_defaults.items():  # the values the module was loaded with
+            setattr(self.module, n, v)
+        if not binding or all(int(v) == self.dims[k] for k, v in binding.items()):
+            return  # the defaults: as loaded (a name assigned twice keeps its import-time value)
         ns: dict[str, object] = {}  # the constants, as free_dimensions evaluates them, at this binding
         for names, value, unpack in self._assignments:
             vals = _constant(value, names, unpack, ns)
             for n, v in zip(names, vals if vals is not None else (None,) * len(names)):
                 if n in self.dims:
                     ns[n] = int(values[n])
-                elif vals is None:
+                elif vals is None:  # not a constant expression here: keeps its import-time value
                     ns.pop(n, None)
                 else:
                     ns[n] = v
@@ -313,24 +330,32 @@ class Problem:
             finally:
                 self.bind(None)  # the defaults again, as specs_at leaves them
 
-    def footprint(self, binding: dict[str, int] | None = None) -> int | None:
+    def footprint(self, binding: dict[str, int] | None = None, seed: int = 0) -> int | None:
         """Elements of the inputs, the reference model's parameters and buffers, and its outputs at
         ``binding``, counted on meta tensors (nothing allocated, nothing computed): a lower bound,
         without the outputs when the forward has no meta path or raises there (a shape the
-        reference rejects, say). None when get_inputs() or Model(...) cannot run on meta tensors.
-        A binding can make the parameters alone huge (a kernel_size of 257 in a Conv3d: ~10^10
-        weights), which counting the inputs misses. Leaves the default binding bound."""
+        reference rejects, say). A get_inputs() that needs real data is sampled (with ``seed``)
+        and its outputs are not counted. None when Model(...) cannot be built on meta tensors (it
+        calls .item(), say) or get_inputs() raises. A binding can make the parameters alone huge
+        (a kernel_size of 257 in a Conv3d: ~10^10 weights), which counting the inputs misses.
+        Leaves the default binding bound."""
         with STATE_LOCK:
             try:
                 self.bind(binding)
-                with torch.device("meta"):
-                    sample = self.module.get_inputs()
-                    model = self.module.Model(*self.module.get_init_inputs())
+                try:
+                    with torch.device("meta"):
+                        sample = self.module.get_inputs()
                     n = sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
+                except Exception:  # noqa: BLE001 — it needs real data: sample it (binds again)
+                    sample = None
+                    n = sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
+                with torch.device("meta"):
+                    model = self.module.Model(*self.module.get_init_inputs())
                     n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
                     try:
-                        with torch.no_grad():
-                            n += sum(y.numel() for y in as_outputs(model(*sample)) if isinstance(y, torch.Tensor))
+                        if sample is not None:
+                            with torch.no_grad():
+                                n += sum(y.numel() for y in as_outputs(model(*sample)) if isinstance(y, torch.Tensor))
                     except Exception:  # noqa: BLE001 — no meta kernel, or the shape is rejected
                         pass
                 return n

@@ -49,10 +49,16 @@ def replay_command(report: dict) -> str | None:
 def gate_shape_line(report: dict) -> str | None:
     """Where the small-shape gates ran (meta.gate_shape), when that is worth a line: a small shape,
     or the own shape for a reason other than small inputs; None otherwise."""
+    from kverify.check import SMALL_SHAPE_GATES
+
     shape = report.get("meta", {}).get("gate_shape") or {}
-    if shape.get("binding"):
+    ran = [g["gate"] for g in report.get("gates", []) if g["gate"] in SMALL_SHAPE_GATES and g["verdict"] != "N/A"]
+    if shape.get("binding") and ran:
         dims = ", ".join(f"{k}={v}" for k, v in shape["binding"].items())
-        return f"G09, G10, G11 ran at {dims} (G05 varied one dimension at a time around it): {shape.get('why', '')}"
+        small = [g for g in ran if g != "G05"]
+        what = (", ".join(small) + " ran at " + dims if small else "the gates' small shape: " + dims) + \
+            (" (G05 varied one dimension at a time around it)" if "G05" in ran else "")
+        return f"{what}: {shape.get('why', '')}"
     why = shape.get("why") or ""
     if why and not why.startswith(("the inputs are small", "no gate of the check")):
         return f"every gate ran at the own shape: {why}"

@@ -31,7 +31,7 @@ GateResult judge_g05(const json& m) {
   if (fail) {
     const json& sh = m.contains("shrunk") ? m.at("shrunk") : *first_fail;
     GateResult g = make_result("G05", "shapes", false, Verdict::Fail,
-        format("%d of %d shape variants silently wrong; minimal failing shape %s (%lld elements): %s", fail,
+        format("%d of %d shape variants silently wrong; minimal failing shape %s (%lld input elements): %s", fail,
                pass + fail + unsupported, sh.at("binding").dump().c_str(), (long long)sh.at("elements").get<int64_t>(),
                sh.value("reason", first_fail->value("reason", "")).c_str()),
         m);

@@ -170,3 +170,36 @@ TEST(CudaParity, LeanComparePairsEqualCpu) {
     }
   }
 }
+
+TEST(CudaParity, LeanSharedThresholdsManyStepsPerThread) {
+  // The kernel shares the 16-bit flag thresholds across each warp after every step (compare.cu
+  // share_thresholds): that matters only when a thread takes many steps. 2^24 + 13 elements are
+  // ~2^20 two-chunk steps, about 15 per thread on an H200 (one wave of resident blocks). Data with
+  // many exact ties of the relative error (c = o (1 + k eps), few distinct k) and data whose
+  // maxima move along the tensor; GPU and CPU must measure the same.
+  SKIP_WITHOUT_GPU();
+  const int64_t n = (int64_t{1} << 24) + 13;
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      std::vector<unsigned char> hc(n * 2), ho(n * 2);
+      synth::Distribution d;
+      synth::fill(contiguous_view(ho.data(), t, {n}), 5, d);
+      const double eps = t == DType::BF16 ? 0x1p-7 : 0x1p-10;
+      for (int64_t i = 0; i < n; ++i) {
+        const double ov = value_at(ho, i, t);
+        const double k = static_cast<double>(static_cast<int64_t>((i * 2654435761ll) >> 7) % 5) - 2.0;  // -2..2
+        const double cv = variant ? ov + 1e-9 * static_cast<double>(i) : ov * (1.0 + k * eps);
+        bits::store_raw(hc.data(), i, 2, t == DType::F16 ? bits::round_bits<DType::F16>(cv) : bits::round_bits<DType::BF16>(cv));
+      }
+      DeviceBuffer gc(hc.size()), go(ho.size());
+      gc.upload(hc.data());
+      go.upload(ho.data());
+      const compare::Bound b{1e-2, 1e-2};
+      auto hs = compare::compare(contiguous_view(hc.data(), t, {n}), contiguous_view(ho.data(), t, {n}), b);
+      auto gs = compare::compare(contiguous_view(gc.p, t, {n}, Device::CUDA), contiguous_view(go.p, t, {n}, Device::CUDA), b);
+      const std::string at = std::string(dtype_name(t)) + " variant " + std::to_string(variant);
+      expect_same_measurements(gs, hs, 1e-6, at);
+      EXPECT_GT(hs.max_rel_err, 0.0) << at;
+    }
+  }
+}

@@ -98,9 +98,10 @@ class Context:
     def small_binding(self, limit: int = SMALL_INPUTS) -> dict | None:
         """A smaller binding of the free dimensions, when the inputs at the problem's own shape
         exceed ``limit`` elements: the smallest of shrink_bindings()'s shapes with at most half the
-        own shape's inputs where the reference runs (tried from the smallest up); None (own shape)
-        when the inputs are small already, the problem has no free dimension, or no such shape
-        runs. Cached per limit.
+        own shape's inputs where the reference runs (tried from the smallest up), on the odd
+        ladder first, then on those of 2, 4 and 8 x odd sizes (LADDERS); None (own shape) when
+        the inputs are small already, the problem has no free dimension, or no such shape runs.
+        Cached per limit.
         Raises BudgetSpent past the check's deadline (Oracle.limit)."""
         if spec_numel(self.specs) <= limit or not self.problem.dims:
             return None
@@ -108,9 +109,9 @@ class Context:
         if key in self.cache:
             return self.cache[key]
         found = None
-        for even in (False, True):  # odd sizes first; a reference that needs even ones, at 2 x odd
+        for multiple in LADDERS:  # odd sizes first; a reference that needs even ones, 2, 4, 8 x odd
             tries = shrink_bindings(self.problem.dims, lambda b: self.problem.input_numel(self.seed, b), limit,
-                                    own=spec_numel(self.specs), even=even)
+                                    own=spec_numel(self.specs), multiple=multiple)
             for t in reversed(tries):
                 try:
                     self.oracle.run(synthesize(self.specs_at(t), self.seed, self.device), t)
@@ -119,9 +120,15 @@ class Context:
                 found = t
                 break
             if found is not None:
+                self.cache[("small_multiple", limit)] = multiple
                 break
         self.cache[key] = found
         return found
+
+    def size_multiple(self) -> int:
+        """The factor of the ladder the gates' small shape came from (LADDERS; 1 when there is
+        none): G05 then also tries that multiple of its sizes."""
+        return self.cache.get(("small_multiple", SMALL_INPUTS), 1) if self.binding is not None else 1
 
     def float_inputs(self) -> bool:
         return any(s.kind == "tensor" and s.torch_dtype.is_floating_point for s in self.specs)
@@ -155,24 +162,32 @@ def shape_problem(cand, oracle) -> str | None:
 __all__ = ["Context", "values", "value_at", "shape_problem"]
 
 
+#: Ladders of small sizes, by the factor every size of a ladder is a multiple of: (first size for a
+#: dimension above 64, smallest size). Factor 1 (odd sizes, 67 -> 33 -> 17 -> 9) first; a
+#: reference that runs at no odd size (it pairs up or quarters a dimension) gets twice, four or
+#: eight times an odd number: 66 -> 34 -> 18 -> 10, 68 -> 36 -> 20 -> 12, 72 -> 40 -> 24.
+LADDERS = {1: (67, 9), 2: (66, 10), 4: (68, 12), 8: (72, 24)}
+
+
 def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None = None,
-                    even: bool = False) -> list[dict[str, int]]:
-    """The shapes small_binding tries, largest first: every free dimension above 64 lowered to 67
-    (odd, past a 64-wide tile), then, while ``numel_at(binding)`` (input elements; it may raise:
-    that shape cannot be built, and the shrinking stops before it) exceeds ``limit``, the largest
-    dimension above 9 (ties: by name) lowered to max(9, v // 2 | 1), an odd size past a
-    power-of-two tile (67 -> 33 -> 17 -> 9). Dimensions of 9 or less (kernel sizes, strides,
-    channels of 3) are never changed. ``even``: the ladder for references that need even sizes,
-    twice an odd number (66 -> 34 -> 18 -> 10; dimensions of 10 or less unchanged). Empty when even
-    the first shape cannot be built. With ``own`` (the own shape's input elements), only shapes
-    with at most half of them: a shape barely smaller saves too little for the probe and the extra
-    oracle runs it costs."""
-    top, floor = (66, 10) if even else (67, 9)
+                    multiple: int = 1) -> list[dict[str, int]]:
+    """The shapes small_binding tries, largest first, on the ladder of sizes ``multiple`` x odd
+    (LADDERS): every free dimension above 64 lowered to the ladder's first size (67: odd, past a
+    64-wide tile), then, while ``numel_at(binding)`` (input elements; it may raise: that shape
+    cannot be built, and the shrinking stops before it) exceeds ``limit`` (or half of ``own``),
+    the largest dimension above the ladder's smallest size (ties: by name) lowered one rung,
+    multiple x (v / multiple / 2, made odd): 67 -> 33 -> 17 -> 9, an odd size past a power-of-two
+    tile. Smaller dimensions (kernel sizes, strides, channels of 3) are never changed. Empty when
+    even the first shape cannot be built. With ``own`` (the own shape's input elements), only
+    shapes with at most half of them: a shape barely smaller saves too little for the probe and
+    the extra oracle runs it costs."""
+    top, floor = LADDERS[multiple]
     b = {k: (top if v > 64 else v) for k, v in dims.items()}
     tries = [dict(b)]
     while True:
         try:
-            if numel_at(b) <= limit:
+            n = numel_at(b)
+            if n <= limit and (own is None or 2 * n <= own):
                 break
         except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop before it
             tries.pop()
@@ -181,7 +196,7 @@ def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None 
         if not big:
             break
         k = max(big, key=lambda d: b[d])
-        b[k] = max(floor, 2 * ((b[k] // 4) | 1) if even else (b[k] // 2) | 1)
+        b[k] = max(floor, multiple * (((b[k] // multiple) // 2) | 1))
         tries.append(dict(b))
     return tries if own is None else [t for t in tries if 2 * numel_at(t) <= own]
 

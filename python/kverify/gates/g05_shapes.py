@@ -2,13 +2,16 @@
 
 Contract: every free dimension at adversarial sizes — 1, small primes, tile sizes +-1 (31/33,
 63/65, 127/129, 255/257), the default +-1 and one size above the default within a memory budget
-— alone, and two combinations (all dimensions 13; all dimensions default-1): each variant that the
-reference can run passes the contract and the accuracy rule, or raises a clear error
-(UNSUPPORTED). "Alone": the other dimensions at the gates' small shape when the check found one
-(kverify.check._gate_shape; the dimension varied also at its small size +-1 there), else at their
-defaults. With large inputs each variant at the defaults costs an fp64 oracle run near the own
-shape in kverify's process (the H200 audit spent ~200 CPU s per such row planning G05); around the
-small shape only the default-1 combination is that large. A silently wrong variant fails, and is shrunk to the smallest failing shape found
+— alone, and two combinations (every dimension above 9 at 13; all of them at default-1): each
+variant that the reference can run passes the contract and the accuracy rule, or raises a clear
+error (UNSUPPORTED). "Alone": the other dimensions at the gates' small shape when the check found
+one (kverify.check._gate_shape; the dimension varied also at its small size +-1 there), else at
+their defaults. With large inputs each variant at the defaults costs an fp64 oracle run near the
+own shape in kverify's process (the H200 audit spent ~200 CPU s per such row planning G05). When
+the small shape is made of multiples of m (a reference that runs at no odd size: gates.base.
+LADDERS), every size is also tried times m, and the default and the small size +-m. Variants whose inputs,
+parameters and outputs exceed twice the own shape's are skipped (counted on meta tensors, before
+anything is built). A silently wrong variant fails, and is shrunk to the smallest failing shape found
 (passes: dimension -> 1, -> nearest smaller small prime, halve, minus one; Hypothesis-style).
 Catches: sizes hard-coded with #define, missing bounds checks on the last tile, vectorised loads
 that assume divisibility by 4/8, grid sizes computed for the default shape only.
@@ -51,17 +54,24 @@ def variants(ctx: Context) -> list[dict]:
     """The bindings G05 checks (module docstring), in a fixed order without repeats."""
     dims = ctx.problem.dims
     base = {**dims, **(ctx.binding or {})}  # the other dimensions' sizes while one is varied
+    m = ctx.size_multiple()  # the small shape is m x odd sizes: the reference wants multiples of m
     out: list[dict] = []
     for d, v in dims.items():
         sizes = set(SIZES) | {v - 1, v + 1, v + v // 2 + 1}
         if base[d] != v:
             sizes |= {v, base[d] - 1, base[d] + 1}
+        if m > 1:
+            sizes |= {m * s for s in SIZES} | {v - m, v + m, base[d] - m, base[d] + m}
         for s in sorted(sizes):
-            if s >= 1 and s != base[d]:
+            if s >= 1 and s != base[d] and {**base, d: s} != dims:  # the own shape is G02's
                 out.append({**base, d: s})
-    if len(dims) > 1:
-        out.append({d: 13 for d in dims})
-        out.append({d: max(1, v - 1) for d, v in dims.items()})
+    # the combinations change the sizes above 9 only: kernel sizes, strides and paddings moved
+    # together (all 13, or all one less: stride 1 beside an output_padding of 1) make most
+    # references raise, and the combination then tests nothing
+    sizes_dims = [d for d, v in dims.items() if v > 9]
+    if len(sizes_dims) > 1:
+        out.append({**base, **{d: 13 * m for d in sizes_dims}})
+        out.append({**dims, **{d: max(1, dims[d] - m) for d in sizes_dims}})
     seen, uniq = set(), []
     for b in out:
         if _key(b) not in seen:
@@ -107,6 +117,14 @@ def plan(ctx: Context) -> list[dict]:
     return [_job(ctx, b) for b, why in ctx.cache["G05/variants"] if why is None]
 
 
+def _size(ctx: Context, b: dict) -> tuple:
+    """How small a failing shape is, for shrinking: (input elements, inputs + parameters + outputs
+    (Problem.footprint; the inputs when it cannot be counted), the binding's key): a channel
+    count moves the second only."""
+    fp = _footprint(ctx, b)
+    return _elements(ctx, b), fp if fp is not None else _elements(ctx, b), _key(b)
+
+
 def _elements(ctx: Context, b: dict) -> int:
     return spec_numel(ctx.specs_at(b))
 
@@ -143,7 +161,7 @@ def _shrink(ctx: Context, failing: dict) -> dict:
         for d, v in best["binding"].items():
             for s in _shrink_steps(v):
                 b = {**best["binding"], d: s}
-                if _valid(ctx, b) is None and _elements(ctx, b) < best["elements"]:
+                if _valid(ctx, b) is None and _size(ctx, b) < _size(ctx, best["binding"]):
                     cands.append(b)
         if not cands:
             break
@@ -151,7 +169,7 @@ def _shrink(ctx: Context, failing: dict) -> dict:
         fails = [v for v in (_verdict(ctx, b, o) for b, o in zip(cands, outs)) if v["verdict"] == "FAIL"]
         if not fails:
             break
-        best = min(fails, key=lambda v: (v["elements"], _key(v["binding"])))
+        best = min(fails, key=lambda v: _size(ctx, v["binding"]))
         steps += 1
     return {"binding": best["binding"], "elements": best["elements"], "from": failing["binding"], "steps": steps,
             "reason": best["reason"]}
@@ -172,7 +190,7 @@ def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
     fails = [r for r in recs if r["verdict"] == "FAIL"]
     if fails:
         try:
-            m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: (v["elements"], _key(v["binding"]))))
+            m["shrunk"] = _shrink(ctx, min(fails, key=lambda v: _size(ctx, v["binding"])))
         except BudgetSpent:  # the failing variants stand; only the smallest failing shape is not known
             pass
     result = engine.judge(GATE, m)

@@ -324,8 +324,9 @@ KV_HD uint32_t vmax3_u16x2(uint32_t a, uint32_t b, uint32_t c) {
 ///    errors and |o| are floats): that exact pair. The flag is then exactly step()'s test, ties
 ///    included (equal ratios are frequent in 16-bit data: equal mantissas at other exponents);
 ///  - otherwise (set by the fp64 fallback, or a ratio of 2^64 or more): rd = 2^62 and rn the
-///    float rounded down from 2^62 * min(rel_num / rel_den * (1 - 2^-11), 2^64): never above
-///    the state, the margin covering the rounding of step()'s fp64 products.
+///    float rounded down from 2^62 * min(rel_num / rel_den * (1 - 2^-11), 2^64) (0 when that
+///    factor is below 2^-32): never above the state, the margin covering the rounding of
+///    step()'s fp64 products. So rn >= 2^30 whenever rn is neither 0 nor +Inf.
 /// The bounds keep the flag's fp32 evaluation exact (see step_chunks_lean16).
 template <DType TC, DType TO>
 KV_HD void lean16_ratio(const Running& r, float& rn, float& rd) {
@@ -342,7 +343,9 @@ KV_HD void lean16_ratio(const Running& r, float& rn, float& rd) {
     rd = static_cast<float>(sd);
     return;
   }
-  rn = float_down(0x1p62 * (ratio * kMargin < 0x1p64 ? ratio * kMargin : 0x1p64));
+  const double low = ratio * kMargin;
+  if (!(low >= 0x1p-32)) { rn = 0.0f; return; }  // keeps rn >= 2^30, as the proof needs
+  rn = float_down(0x1p62 * (low < 0x1p64 ? low : 0x1p64));
 }
 
 /// The relative part of the lean 16-bit flag: err * rd > rn * ao in exact arithmetic, for float
