@@ -321,14 +321,20 @@ class Problem:
         with STATE_LOCK:
             try:
                 self.bind(binding)
-                try:
-                    with torch.device("meta"):
-                        sample = self.module.get_inputs()
-                    return sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
-                except Exception:  # noqa: BLE001 — a get_inputs() that needs real data: sample it
-                    return sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
+                return self._meta_inputs(seed, binding)[1]
             finally:
                 self.bind(None)  # the defaults again, as specs_at leaves them
+
+    def _meta_inputs(self, seed: int, binding: dict[str, int] | None) -> tuple[list | None, int]:
+        """(get_inputs() on meta tensors, their elements) at ``binding``, which the caller bound
+        under STATE_LOCK; when get_inputs() needs real data: (None, the elements of a sample drawn
+        with ``seed``; input_specs binds again). Raises LoadError."""
+        try:
+            with torch.device("meta"):
+                sample = self.module.get_inputs()
+            return sample, sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
+        except Exception:  # noqa: BLE001 — a get_inputs() that needs real data: sample it
+            return None, sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
 
     def footprint(self, binding: dict[str, int] | None = None, seed: int = 0) -> int | None:
         """Elements of the inputs, the reference model's parameters and buffers, and its outputs at
@@ -342,13 +348,7 @@ class Problem:
         with STATE_LOCK:
             try:
                 self.bind(binding)
-                try:
-                    with torch.device("meta"):
-                        sample = self.module.get_inputs()
-                    n = sum(x.numel() for x in sample if isinstance(x, torch.Tensor))
-                except Exception:  # noqa: BLE001 — it needs real data: sample it (binds again)
-                    sample = None
-                    n = sum(s.numel for s in self.input_specs(seed, binding) if s.kind == "tensor")
+                sample, n = self._meta_inputs(seed, binding)
                 with torch.device("meta"):
                     model = self.module.Model(*self.module.get_init_inputs())
                     n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())

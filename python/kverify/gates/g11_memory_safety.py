@@ -193,6 +193,12 @@ def start(ctx: Context):
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
         elif o.status == "budget" and not errors:  # the check's budget (Sandbox.budget) came first
             rec.update(unfinished=f"cut short by {BUDGET_MARK}")
+        elif o.status == "crash" and not errors:
+            # the process ended during the call under the tool and the tool named no finding: the
+            # job ran to its end without the tool (its shape was probed, or is G01's), so nothing
+            # points at a kernel (H200 audit, stop 16: racecheck "exited with code 6" in 6 of 30
+            # rows whose memcheck and synccheck were clean) - not checked, not a finding
+            rec.update(unfinished=f"the process ended under the tool ({o.detail[:120]}) with no finding")
         elif o.status != "ok":
             rec.update(errors=max(errors, 1), first=first[:200] or f"{o.status}: {o.detail[:160]}")
         elif ("exception" in o.result or "error" in o.result) and not errors:  # the call never ran to its end
