@@ -131,13 +131,17 @@ def build(kernels: list[dict]) -> dict:
             "rules": dict(sorted(rules.items())), "failure_sample": sample}
 
 
+#: the rules of rows judged before reports carried meta.rules
+UNRECORDED_RULES = "before 2026-11-30"
+
+
 def _rules(kernel: dict) -> str:
     """The judging rules a journalled row was judged by (report meta.rules, kverify.check.RULES);
-    "before 2026-11-30" for rows judged before kverify recorded them."""
+    UNRECORDED_RULES for rows judged before kverify recorded them."""
     try:
-        return json.loads(kernel["report"])["meta"].get("rules") or "before 2026-11-30"
+        return json.loads(kernel["report"])["meta"].get("rules") or UNRECORDED_RULES
     except (ValueError, KeyError, TypeError, AttributeError):
-        return "before 2026-11-30"
+        return UNRECORDED_RULES
 
 
 def _gate_shape(kernel: dict) -> str:
@@ -203,7 +207,7 @@ def markdown(rep: dict) -> str:
                  "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
                  + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
                  "in a longer run judges them fully.")
-    if len(rep.get("rules", {})) > 1 or any(k.startswith("before") for k in rep.get("rules", {})):
+    if len(rep.get("rules", {})) > 1 or UNRECORDED_RULES in rep.get("rules", {}):
         L.append("\nJudging rules (`meta.rules`; rows judged by older rules may differ if checked again: "
                  "`kverify audit --redo ID,...`): " + "; ".join(f"{k}: {n} row(s)" for k, n in rep["rules"].items()) + ".")
     if rep.get("gate_shapes"):

@@ -127,13 +127,14 @@ def free_dimensions(source: str) -> dict[str, int]:
     return {k: v for k, v in consts.items() if k in used}
 
 
-def derived_constants(source: str, dims: dict[str, int]) -> set[str]:
-    """Names of the top-level constants computed from free dimensions (``multiplier_shape =
-    (out_channels, 1, 1, 1)``, directly or through other such constants) that Problem.bind
-    evaluates again. Without it a derived constant keeps its default while the free dimension
-    it came from is rebound, and the reference fails at every other shape."""
+def derived_constants(assignments: list[tuple[tuple[str, ...], ast.expr, bool]], dims: dict[str, int]) -> set[str]:
+    """Names of the top-level constants (``assignments``: _assignments of the source) computed from
+    free dimensions (``multiplier_shape = (out_channels, 1, 1, 1)``, directly or through other
+    such constants) that Problem.bind evaluates again. Without it a derived constant keeps its
+    default while the free dimension it came from is rebound, and the reference fails at every
+    other shape."""
     derived, moving = set(), set(dims)
-    for names, value, _ in _assignments(ast.parse(source)):
+    for names, value, _ in assignments:
         reads = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
         if reads & moving:
             derived |= set(names) - set(dims)
@@ -248,8 +249,8 @@ class Problem:
                 raise LoadError(path, f"reference defines no {name}")
         try:
             self.dims = free_dimensions(source)
-            self._derived = derived_constants(source, self.dims)
-            self._assignments = _assignments(ast.parse(source)) if self._derived else []
+            self._assignments = _assignments(ast.parse(source))
+            self._derived = derived_constants(self._assignments, self.dims)
             self._derived_defaults = {n: getattr(self.module, n) for n in self._derived if hasattr(self.module, n)}
         except SyntaxError as e:  # already parsed above; defensive
             raise LoadError(path, f"reference is not valid Python: {e}") from None
@@ -265,8 +266,8 @@ class Problem:
             setattr(self.module, k, int(v))
         for n, v in self._derived_defaults.items():  # the values the module was loaded with
             setattr(self.module, n, v)
-        if not binding or all(int(v) == self.dims[k] for k, v in binding.items()):
-            return  # the defaults: as loaded (a name assigned twice keeps its import-time value)
+        if not self._derived or not binding or all(int(v) == self.dims[k] for k, v in binding.items()):
+            return  # nothing derived, or the defaults: as loaded (a name assigned twice keeps its import-time value)
         ns: dict[str, object] = {}  # the constants, as free_dimensions evaluates them, at this binding
         for names, value, unpack in self._assignments:
             vals = _constant(value, names, unpack, ns)

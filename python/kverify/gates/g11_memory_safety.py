@@ -5,7 +5,8 @@ and after it: the call leaves the bands intact (no out-of-bounds write) and give
 when the bands hold other values (no out-of-bounds read reaches the output); CPU and GPU.
 (2) On a GPU with compute-sanitizer: memcheck, racecheck and synccheck, each in its own child
 process with its own timeout (at once, and beside the check's main worker; failed CUDA API calls
-and the exit status of a process that finished its job not counted), report no error for the
+and the exit status of a process that finished its job not counted; a process that ended during
+the call with no finding named, like a timeout, leaves the tool unfinished), report no error for the
 candidate's call at the gates' shape (kverify.check._gate_shape: small where the candidate allows).
 memcheck checks every kernel the call launches; racecheck and synccheck check the candidate's own
 kernels only (the ``__global__`` functions and ``@triton.jit`` functions named in its source,

@@ -459,9 +459,9 @@ KV_HD void lean16_rare(Running& r, const ColdSrc& cold, int64_t base, const Boun
 /// The thresholds are those at the start of the call; updates within it only raise them. A caller
 /// may also raise them to the thresholds of other Runnings whose elements all precede this call's
 /// (the CUDA kernel shares them across a warp): an element left unflagged is then at or below a
-/// maximum at a smaller index, so it is never the merged result's maximum (merge keeps the lower
-/// index on ties; the relative flag's margin leaves it strictly below), and the merged maxima and
-/// their indices do not change.
+/// maximum at a smaller index (its exact ratio for the relative part, whose rounded quotient
+/// keeps that order), so it is never the merged result's maximum (merge keeps the lower index on
+/// ties), and the merged maxima and their indices do not change.
 ///
 /// `hot` and `cold` give the raw bits of element e as c(e), o(e) (and hot.cw(j), hot.ow(j) the
 /// words of elements 2j, 2j + 1, the lower index in the low half; hot.o_or(h), the OR of the
