@@ -5,7 +5,8 @@
 # Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
-# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo).
+# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo); REDO_STALE=1 every row
+# judged by older rules (kverify audit --redo-stale).
 # The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
 # the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
 source "$(dirname "$0")/device_common.sh"
@@ -31,7 +32,7 @@ export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir
 # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
 # write their stacks before it ends them
 timeout --foreground -k 60 -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
 echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
 kill "$sampler" 2>/dev/null
 tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks

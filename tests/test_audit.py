@@ -2,6 +2,7 @@
 uninterrupted run; shards merge to the same journal; unloadable rows are recorded as UNJUDGED."""
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -125,6 +126,36 @@ def test_pipeline_killed_and_resumed_equals_the_sequential_run(corpus, whole, tm
     assert no_orphans(tmp)  # stage processes and their workers
     audit(corpus, j, "--jobs", "2", "--compile-jobs", "2")
     assert Journal(j).rows() == Journal(whole).rows()
+
+
+def test_a_row_out_of_memory_beside_others_runs_again_alone_and_is_recorded(tmp_path):
+    """A check whose report says the GPU ran out of memory while other rows were checked beside it
+    is not recorded then, but run again alone as soon as a GPU is empty (here, with no GPU list:
+    once nothing else runs), before the rows still queued behind it, and recorded; the other rows
+    are judged as usual and none is lost or doubled."""
+    ref = (RELU / "reference.py").read_text()
+    oom = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+           "    def forward(self, x):\n"
+           "        raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+    rows = [{"id": "ex/oom", "reference": ref, "candidate": oom}]
+    rows += [{"id": f"ex/{c}", "reference": ref, "candidate": (RELU / f"{c}.py").read_text()}
+             for c in ("correct", "g03_fmax", "g07_inplace", "g08_tail_unwritten")]
+    for r in rows:
+        r.update({"level": 1, "problem_name": "relu", "harness": {"allclose_tol": 1e-2, "gpu": "cpu"}})
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    j = tmp_path / "j.sqlite"
+    r = audit(f, j, "--jobs", "2", "--compile-jobs", "1", "--gates", "G01,G03")
+    log = r.stdout + r.stderr
+    assert "to run again alone" in log
+    got = {row[0]: row[1] for row in Journal(j).rows()}
+    assert sorted(got) == sorted(x["id"] for x in rows)
+    assert got["ex/correct"] == "CLEAN" and got["ex/g03_fmax"] == "BROKEN"
+    assert got["ex/oom"] == "BROKEN"  # G01: it raises at its own shape
+    recorded = [re.search(r"(ex/\S+)", line).group(1) for line in log.splitlines()
+                if re.search(r"\s(CLEAN|BROKEN|VIOLATION)\s+[\d.]+s ex/", line)]
+    assert sorted(recorded) == sorted(got)  # each once
+    assert recorded[-1] != "ex/oom"  # not held back to the end of the audit
 
 
 def test_shards_merge_to_the_whole(corpus, whole, tmp_path):
@@ -330,6 +361,18 @@ def test_precompile_reports_the_bytes_of_the_problems_inputs(tmp_path):
     p = precompile(ref, str(ex / "reference.py"), (ex / "correct.py").read_text(), str(ex / "correct.py"),
                    device="cpu")
     assert p.status == "ok" and want > 0 and p.input_bytes == want, p
+    assert p.param_bytes == 0, p  # relu has no parameters
+    # a model's weights and buffers, which the inputs do not show (counted on meta tensors)
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+           "    def __init__(self, n):\n        super().__init__()\n        self.fc = nn.Linear(n, 4)\n"
+           "        self.register_buffer('scale', torch.ones(3))\n\n    def forward(self, x):\n"
+           "        return self.fc(x)\n\n\nn = 8\n\n\ndef get_inputs():\n    return [torch.randn(2, n)]\n\n\n"
+           "def get_init_inputs():\n    return [n]\n")
+    f = tmp_path / "linear.py"
+    f.write_text(src)
+    assert Problem(src, str(f), 1e-2).parameter_numel() == 8 * 4 + 4 + 3
+    q = precompile(src, str(f), src.replace("class Model(", "class ModelNew("), str(f), device="cpu")
+    assert q.status == "ok" and q.param_bytes == 4 * 39, q
 
 
 def test_a_checks_memory_need_grows_with_its_inputs():
@@ -405,6 +448,24 @@ def test_merge_leaves_nothing_behind_on_bad_input(tmp_path):
     with pytest.raises(UsageError, match="differs between"):
         merge(out, [b])
     assert out.exists() and merge(out, [a]) == 1  # an OUT that existed before stays
+
+
+def test_stale_rows_are_those_judged_by_other_rules(tmp_path):
+    """Journal.stale (kverify audit --redo-stale): rows whose report names other rules, or none;
+    not the current rules, not rows without a report (no gate judged them)."""
+    from kverify.check import RULES
+
+    j = Journal(tmp_path / "j.sqlite")
+
+    def report(meta):
+        return {"standard": {"verdict": "PASS"}, "gates": [], "meta": meta}
+
+    j.record({"id": "new"}, report({"rules": RULES}), "CLEAN")
+    j.record({"id": "old"}, report({"rules": "2026-01-01"}), "CLEAN")
+    j.record({"id": "unrecorded"}, report({}), "BROKEN")
+    j.record({"id": "no-report"}, None, "COMPILE_ERROR", "nvcc: error")
+    assert j.stale(RULES) == ["old", "unrecorded"]
+    j.close()
 
 
 def test_the_alone_rerun_is_serial(tmp_path, monkeypatch):

@@ -114,8 +114,9 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     return report, klass, reason
 
 
-def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float, int]:
-    """(status, error, seconds, input bytes) of kverify.build.precompile for one row; never raises."""
+def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float, int, int]:
+    """(status, error, seconds, input bytes, parameter bytes) of kverify.build.precompile for one
+    row; never raises."""
     from kverify.build import precompile
     from kverify.corpus import row_sources
 
@@ -125,9 +126,9 @@ def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float,
         ref_path, cand_path = src.paths(corpus)
         p = precompile(src.reference, ref_path, src.candidate, cand_path, device=opts["device"], seed=opts["seed"],
                        timeout=opts["timeout"], load_timeout=opts["load_timeout"], tolerance=src.tolerance)
-        return p.status, p.error, p.seconds, p.input_bytes
+        return p.status, p.error, p.seconds, p.input_bytes, p.param_bytes
     except Exception as e:  # noqa: BLE001 — the check will meet the same problem and record it
-        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0
+        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0, 0
 
 
 def cpu_threads(jobs: int, compile_jobs: int, cpus: int | None = None) -> int:
@@ -158,7 +159,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
               redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None,
-              redo_budget: bool = False) -> int:
+              redo_budget: bool = False, redo_stale: bool = False) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -180,6 +181,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             limit): gates it cuts short are ERROR, a row that nothing failed is then UNJUDGED
             (check_row), and the row is journalled, so a run of bounded length always moves on;
             ``redo_budget`` such rows in a longer run to judge them fully.
+            ``redo_stale``: every row whose report was judged by older rules than this kverify's
+            (kverify.check.RULES, Journal.stale).
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -216,11 +219,12 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     if outside:  # forgotten but never checked again: the row would just be gone from the journal
         raise UsageError(f"--redo {', '.join(outside)}: not among the rows this run audits "
                          f"(shard {i}/{n}{', --limit' if limit else ''}{', --id' if ids else ''})")
-    from kverify.check import resolve_device
+    from kverify.check import RULES, resolve_device
     from kverify.gates import GATES
 
     again = sorted(set(list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
-                       + ([x for x in j.budget_cut() if x in selected] if redo_budget else [])))
+                       + ([x for x in j.budget_cut() if x in selected] if redo_budget else [])
+                       + ([x for x in j.stale(RULES) if x in selected] if redo_stale else [])))
     missing = sorted(set(again) - j.done())
     if missing:  # before anything is written
         raise UsageError(f"{journal}: --redo: no journalled row has the id(s) {', '.join(missing)}")
@@ -228,7 +232,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
                  "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
                  "compile_jobs": compile_jobs, "kverify": _version()})
     if again:
-        j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else ""))
+        j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else "")
+                 + ("-stale" if redo_stale else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
     counts = dict.fromkeys(CLASSES, 0)
@@ -350,6 +355,15 @@ def oom_where(report: dict | None, reason: str) -> str:
     return ",".join(where)
 
 
+def drain_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
+    """The GPU to empty for a row that must run alone (it ran out of memory beside others): of
+    ``gpus``, the one with the fewest running processes (``busy``: the GPU of each running check
+    and build), the first such in order; None when there is no list (every process sees every GPU:
+    all of them are emptied). While it empties and while the row runs there, no check or build
+    starts on it; the other GPUs go on (_pipeline)."""
+    return pick_gpu(gpus, busy)
+
+
 def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
     """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running processes
     of one stage), the first such in order; None when there is no GPU to choose from."""
@@ -366,9 +380,23 @@ def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
 INPUT_FACTOR = 12
 
 
-def check_need_mib(base_gib: float, input_bytes: int) -> int:
-    """GPU memory (MiB) to expect for one check: ``base_gib`` GiB + INPUT_FACTOR x its inputs."""
-    return int(base_gib * 1024 + INPUT_FACTOR * input_bytes / 2**20)
+#: A row expected to need more than this share of a GPU's memory (check_need_mib) is booked for
+#: the whole GPU: it starts only on an idle GPU and no other check joins it there (H200 audit,
+#: stop 17: two rows of 8 GiB inputs shared a GPU, filled its 141 GiB, and the rows beside them
+#: ran out of memory).
+EXCLUSIVE_SHARE = 0.5
+
+
+#: The same for the reference model's parameters and buffers (fp32 bytes): a copy in most of the
+#: check's ~9 processes (the reference in the parent, the standard test's and the candidates'
+#: models) and the parent's fp64 copy.
+PARAM_FACTOR = 12
+
+
+def check_need_mib(base_gib: float, input_bytes: int, param_bytes: int = 0) -> int:
+    """GPU memory (MiB) to expect for one check: ``base_gib`` GiB + INPUT_FACTOR x its inputs +
+    PARAM_FACTOR x its reference's parameters and buffers."""
+    return int(base_gib * 1024 + (INPUT_FACTOR * input_bytes + PARAM_FACTOR * param_bytes) / 2**20)
 
 
 def gpu_memory_mib(gpus: list[str]) -> dict[str, tuple[int, int]] | None:
@@ -439,10 +467,13 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
-    GPU is not recorded but run again at the end, alone and serial (one worker at a time, see
-    _task); only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
+    GPU is not recorded but run again alone and serial (one worker at a time, see _task) as soon as
+    a GPU is empty: one GPU (drain_gpu) takes no new process until it is, then runs such rows one
+    after another while the others go on (with no GPU list, or one GPU, everything waits for it);
+    only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
     check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
-    row's input bytes as measured by its build; memory read with nvidia-smi at most every 2 s),
+    row's input and parameter bytes as measured by its build, a whole GPU when that is over
+    EXCLUSIVE_SHARE of one; memory read with nvidia-smi at most every 2 s),
     so fewer run out of memory beside others; smaller rows may pass one that does not fit yet
     (next_fitting). Builds are spread over the GPUs (their warm-up call
     runs there). Processes end with this one (lifeline)."""
@@ -458,39 +489,68 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     deaths: dict[tuple, int] = {}
     n = 0
     mem_at: list = [-1e9, None]  # (time of the last nvidia-smi reading, its result)
-    inputs: dict[str, int] = {}  # row id -> bytes of its inputs (from its build)
+    drain: list = [None]  # the GPU reserved for rows that run alone ("*": all of them), None: none
+    need_of: dict[str, int] = {}  # row id -> MiB of GPU memory to expect for its check (from its build)
     queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
 
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
         process sees). Builds (one warm-up call each) are spread over the GPUs, never held back."""
+        reserved = drain[0]  # emptied for (or running) a row that runs alone: nothing else starts there
+        if reserved is not None and not gpus:
+            return False, None
+        usable = [g for g in gpus or [] if g != reserved]
+        if gpus and not usable:
+            return False, None
         if not gpus:
             return True, None
         if stage == "build":
-            return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] == "build"])
+            return True, pick_gpu(usable, [r[4] for r in running.values() if r[1] == "build"])
         if gpu_gib <= 0:
-            return True, pick_gpu(gpus, [r[4] for r in running.values() if r[1] != "build"])
+            return True, pick_gpu(usable, [r[4] for r in running.values() if r[1] != "build"])
         now = time.monotonic()
         if now - mem_at[0] >= 2.0:
             mem_at[:] = [now, gpu_memory_mib(gpus)]
-        g = gpu_with_room(gpus, [(r[4], r[5], r[6]) for r in running.values() if r[1] != "build"], mem_at[1],
+        g = gpu_with_room(usable, [(r[4], r[5], r[6]) for r in running.values() if r[1] != "build"], mem_at[1],
                           need, now)
         return g is not None, g
+
+    def booked(need: int) -> int:
+        """``need``, or a whole GPU's memory when it exceeds EXCLUSIVE_SHARE of one: then
+        gpu_with_room starts the row only on an idle GPU and lets no other check join it."""
+        if not gpus or gpu_gib <= 0:
+            return need
+        if mem_at[1] is None:
+            mem_at[:] = [time.monotonic(), gpu_memory_mib(gpus)]
+        if mem_at[1] is None:
+            return need
+        total = min(t for _, t in mem_at[1].values())
+        return total if need > EXCLUSIVE_SHARE * total else need
     try:
         while any(waiting.values()) or running:
-            for stage in ("check", "build", "alone"):
-                if stage == "alone" and (running or waiting["build"] or waiting["check"]):
-                    continue  # rows that ran out of memory beside others run last, by themselves
-                if stage != "alone" and any(r[1] == "alone" for r in running.values()):
-                    continue
+            if drain[0] is not None and not waiting["alone"] and not any(r[1] == "alone" for r in running.values()):
+                drain[0] = None  # no row left to run alone: the GPU takes others again
+            if waiting["alone"] and drain[0] is None:
+                drain[0] = drain_gpu(gpus, [r[4] for r in running.values()]) if gpus else "*"
+            if waiting["alone"] and gpus and not any(r[1] == "alone" for r in running.values()):
+                idle = [g for g in gpus if not any(r[4] == g for r in running.values())]
+                if idle and drain[0] not in idle:
+                    drain[0] = idle[0]  # another GPU emptied first: reserve that one instead
+            for stage in ("alone", "check", "build"):
+                if stage == "alone":  # on the reserved GPU once nothing else runs there
+                    if not waiting["alone"] or any(r[1] == "alone" for r in running.values()) or any(
+                            drain[0] in ("*", r[4]) for r in running.values()):
+                        continue
                 while waiting[stage] and sum(r[1] == stage for r in running.values()) < limit[stage]:
                     if stage == "build" and len(waiting["check"]) + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break  # far enough ahead of the checks
                     kind = "check" if stage == "alone" else stage
                     q = waiting[stage]
-                    if kind == "check":  # the first queued row that has room (next_fitting)
+                    if stage == "alone":
+                        i, need, gpu = 0, 0, (None if drain[0] == "*" else drain[0])
+                    elif kind == "check":  # the first queued row that has room (next_fitting)
                         now = time.monotonic()
-                        needs = [(check_need_mib(gpu_gib, inputs.get(r["id"], 0)), now - queued.get(r["id"], now))
+                        needs = [(need_of.get(r["id"], check_need_mib(gpu_gib, 0)), now - queued.get(r["id"], now))
                                  for r in list(q)[:8]]
                         pick = next_fitting(needs, lambda need: choose_gpu("check", need))
                         if pick is None:
@@ -498,8 +558,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                         i, gpu = pick
                         need = needs[i][0]
                     else:
+                        may, gpu = choose_gpu(kind, 0)
+                        if not may:
+                            break  # the only GPU is reserved for a row that runs alone
                         i, need = 0, 0
-                        gpu = choose_gpu(kind, 0)[1]
                     row = q[i]
                     del q[i]
                     n += 1
@@ -525,23 +587,25 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                                                       f"{describe_exit(p.exitcode)}, {attempts} times", 0.0)
                     continue
                 if stage == "build":
-                    status, error, seconds, input_bytes, cpu = res
-                    inputs[row["id"]] = input_bytes
+                    status, error, seconds, input_bytes, param_bytes, cpu = res
+                    need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes, param_bytes))
                     if status == "compile_error":
                         record(row, None, "COMPILE_ERROR", error, seconds)
                     else:
                         built[row["id"]] = seconds
                         waiting["check"].append(row)
                         queued[row["id"]] = time.monotonic()
-                        log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB {row['id']}"
+                        log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB "
+                            f"params {param_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
                             + (f"  {error[:160]}" if error else ""))
                 else:
                     report, klass, reason, seconds, cpu = res
                     where = oom_where(report, reason)
                     if stage == "check" and (jobs > 1 or compile_jobs) and where:
                         waiting["alone"].append(row)
-                        log(f"out of GPU memory ({where}) beside other checks on GPU {gpu_used}, to run again alone "
-                            f"at the end: {row['id']}")
+                        on = f" on GPU {gpu_used}" if gpu_used is not None else ""
+                        log(f"out of GPU memory ({where}) beside other checks{on}, to run again alone "
+                            f"once a GPU is empty: {row['id']}")
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
                            note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s" + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))

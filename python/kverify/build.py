@@ -96,6 +96,9 @@ class Precompiled:
     seconds: wall time of the step; builds: kverify_build.json (per extension: mode, ok, seconds).
     input_bytes: bytes of the problem's tensor inputs at its own shape (the audit's GPU-memory
     estimate of a check, kverify.audit.check_need_mib).
+    param_bytes: 4 bytes per element of the reference model's parameters and buffers
+    (Problem.parameter_numel, on meta tensors; 0 when they cannot be counted): what input_bytes
+    misses for a model with large weights (check_need_mib counts both).
     """
 
     status: str
@@ -103,6 +106,7 @@ class Precompiled:
     seconds: float
     builds: dict
     input_bytes: int = 0
+    param_bytes: int = 0
 
 
 def precompile(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
@@ -145,7 +149,8 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     if failed:
         status, error = "compile_error", failed
     input_bytes = sum(math.prod(sp.shape) * getattr(torch, sp.dtype).itemsize for sp in specs if sp.kind == "tensor")
-    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes)
+    param_bytes = 4 * (problem.parameter_numel() or 0)
+    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes, param_bytes)
 
 
 def failed_build(builds: dict) -> str:

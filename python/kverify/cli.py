@@ -98,7 +98,7 @@ def cmd_audit(a) -> int:
                      gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
-                     row_budget=a.row_budget, redo_budget=a.redo_budget)
+                     row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale)
 
 
 def cmd_merge(a) -> int:
@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="check again every row with a gate that --row-budget cut short (in a longer run)")
     au.add_argument("--redo-faults", action="store_true",
                     help="check again every row journalled UNJUDGED by a fault of kverify's own")
+    au.add_argument("--redo-stale", action="store_true",
+                    help="check again every row whose report was judged by older rules than this kverify's "
+                         "(kverify report counts rows by rules)")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")

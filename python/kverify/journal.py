@@ -135,6 +135,22 @@ class Journal:
         return [r[0] for r in self.db.execute("SELECT DISTINCT kernel_id FROM gates WHERE verdict = 'ERROR' "
                                               "AND instr(summary, ?) > 0 ORDER BY kernel_id", (BUDGET_MARK,))]
 
+    def stale(self, rules: str) -> list[str]:
+        """Ids of rows whose report was judged by other rules than ``rules`` (report meta.rules,
+        kverify.check.RULES; a report without it predates them), to judge again
+        (``--redo-stale``). Rows journalled without a report (COMPILE_ERROR, a reference that does
+        not load) are not stale: no gate judged them."""
+        out = []
+        for kid, report in self.db.execute("SELECT id, report FROM kernels WHERE report IS NOT NULL AND report != '' "
+                                           "ORDER BY id"):
+            try:
+                got = (json.loads(report).get("meta") or {}).get("rules")
+            except (ValueError, AttributeError):
+                got = None
+            if got != rules:
+                out.append(kid)
+        return out
+
     def forget(self, ids: list[str], why: str) -> None:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
         one transaction; their kernel records are kept in the ``forgotten`` table with ``why``. The

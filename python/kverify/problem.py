@@ -365,6 +365,19 @@ class Problem:
             finally:
                 self.bind(None)
 
+    def parameter_numel(self) -> int | None:
+        """Elements of the reference model's parameters and buffers at the problem's own shape,
+        counted on a model built on meta tensors (nothing allocated); None when Model(...) cannot
+        be built so (it calls .item(), say)."""
+        with STATE_LOCK:
+            try:
+                self.bind(None)
+                with torch.device("meta"):
+                    model = self.module.Model(*self.module.get_init_inputs())
+                return sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+            except Exception:  # noqa: BLE001
+                return None
+
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
         with STATE_LOCK:

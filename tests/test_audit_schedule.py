@@ -1,0 +1,151 @@
+"""The audit's scheduler (kverify.audit._pipeline) driven by fake processes on a fake clock: every
+row is recorded exactly once; a row re-run alone after running out of GPU memory has its GPU to
+itself; a row too big to share a GPU (EXCLUSIVE_SHARE) never shares one, is not run serially,
+and several such rows use several GPUs at once. (Review of stop 17: a simulator like this found
+the big rows all queued on one GPU.)"""
+import itertools
+import json
+import random
+
+import pytest
+
+import kverify.audit as audit
+
+GIB = 2**30
+TOTAL_MIB = 143771  # an H200's memory as nvidia-smi reports it
+
+
+class World:
+    """Fake processes, clock and nvidia-smi for one _pipeline run."""
+
+    def __init__(self, spec):
+        self.spec = spec  # row id -> {"inputs": bytes, "check_s": s, "oom_first": bool}
+        self.now = 0.0
+        self.procs = {}
+        self.ids = itertools.count(1000)
+        self.oomed = set()
+        self.trace = []  # (time, "start"/"end", stage kind, row id, gpu, serial)
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += s
+
+    def wait(self, sentinels, timeout):
+        if self.now > 1e5:  # ~1000 times the work: the scheduler is stuck, not slow
+            raise RuntimeError(f"scheduler stalled: {len(self.procs)} running, fake clock at {self.now:.0f} s")
+        live = [self.procs[s] for s in sentinels]
+        if not live:
+            self.now += timeout
+            return []
+        self.now = max(self.now, min(min(p.end for p in live), self.now + timeout))
+        done = [p for p in live if p.end <= self.now]
+        for p in done:
+            s = self.spec[p.row["id"]]
+            if p.kind == "build":
+                res = ["ok", "", 1.0, s["inputs"], 0, 0.0]
+            elif s["oom_first"] and p.row["id"] not in self.oomed and not p.serial:
+                self.oomed.add(p.row["id"])
+                res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0]
+            else:
+                res = [None, "CLEAN", "", 1.0, 0.0]
+            with open(p.out, "w") as f:
+                json.dump(res, f)
+            p.exitcode = 0
+            self.trace.append((self.now, "end", p.kind, p.row["id"], p.gpu, p.serial))
+            del self.procs[p.sentinel]
+        return [p.sentinel for p in done]
+
+
+class FakeProcess:
+    def __init__(self, world, args):
+        self.world = world
+        self.kind, _, self.row, _, self.out, self.gpu, self.serial = args
+        self.sentinel = next(world.ids)
+        self.exitcode = None
+        self.pid = -1
+
+    def start(self):
+        w = self.world
+        self.end = w.now + (1.0 if self.kind == "build" else w.spec[self.row["id"]]["check_s"])
+        w.procs[self.sentinel] = self
+        w.trace.append((w.now, "start", self.kind, self.row["id"], self.gpu, self.serial))
+
+    def join(self):
+        pass
+
+    def kill(self):
+        pass
+
+
+def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0):
+    rnd = random.Random(seed)
+    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "check_s": rnd.uniform(5, 50), "oom_first": i in oom}
+            for i in range(n)}
+    w = World(spec)
+
+    class Ctx:
+        def Process(self, target, args, daemon):
+            return FakeProcess(w, args)
+
+    class FakeTime:
+        monotonic = staticmethod(w.monotonic)
+        sleep = staticmethod(w.sleep)
+
+    monkeypatch.setattr(audit.multiprocessing, "get_context", lambda method: Ctx())
+    monkeypatch.setattr(audit, "mp_wait", w.wait)
+    monkeypatch.setattr(audit, "time", FakeTime)
+    monkeypatch.setattr(audit, "gpu_memory_mib", lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs})
+    recorded = []
+    audit._pipeline("corpus", [{"id": r} for r in spec], {}, jobs, compile_jobs,
+                    lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib)
+    assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
+    return w
+
+
+def overlaps(trace, alone_only_gpu) -> list:
+    """Pairs of checks that ran at once where one of them should have had the GPU to itself."""
+    running, bad = {}, []
+    for t, ev, kind, rid, gpu, serial in trace:
+        key = (kind, rid, serial)
+        if ev == "end":
+            running.pop(key, None)
+            continue
+        for (k2, r2, s2), g2 in running.items():
+            mine = serial or rid in alone_only_gpu
+            theirs = s2 or r2 in alone_only_gpu
+            if (mine or theirs) and (gpu is None or g2 is None or g2 == gpu) and (kind != "build" or s2):
+                bad.append((t, rid, r2))
+        running[key] = gpu
+    return bad
+
+
+@pytest.mark.parametrize("gpus,jobs,compile_jobs,gib", [
+    (None, 4, 2, 0), (None, 4, 0, 0), (["0"], 4, 2, 8), (["0", "1"], 8, 4, 8), (["0", "1"], 1, 1, 8),
+    (["0", "1", "2", "3"], 8, 4, 0)])
+def test_out_of_memory_rows_run_again_alone_and_every_row_is_recorded_once(monkeypatch, gpus, jobs, compile_jobs, gib):
+    w = run(monkeypatch, 30, gpus, jobs, compile_jobs, gib, oom={0, 1, 5, 29})
+    alone = [x for x in w.trace if x[1] == "start" and x[5]]
+    if jobs > 1 or compile_jobs:
+        assert {x[3] for x in alone} == {"r0", "r1", "r5", "r29"}  # each re-run once, serially
+        assert not overlaps(w.trace, set())
+        # not held back to the end: some row finishes after the first alone run starts
+        assert any(t > alone[0][0] and ev == "end" and not serial for t, ev, kind, rid, gpu, serial in w.trace
+                   if kind == "check")
+
+
+def test_rows_too_big_to_share_get_whole_gpus_in_parallel_and_run_normally(monkeypatch):
+    big = set(range(0, 40, 4))  # 8 GiB of inputs: ~104 GiB expected, more than half a GPU
+    w = run(monkeypatch, 40, [str(i) for i in range(4)], 8, 6, 8, big=big)
+    big_ids = {f"r{i}" for i in big}
+    assert not overlaps([x for x in w.trace if x[2] == "check"], big_ids)
+    starts = [x for x in w.trace if x[1] == "start" and x[3] in big_ids and x[2] == "check"]
+    assert starts and not any(x[5] for x in starts)  # not serial: they did not run out of memory
+    # several GPUs hold a big row at the same time
+    live, most = set(), 0
+    for t, ev, kind, rid, gpu, serial in w.trace:
+        if kind == "check" and rid in big_ids:
+            (live.add if ev == "start" else live.discard)(rid)
+            most = max(most, len(live))
+    assert most >= 2
