@@ -244,6 +244,8 @@ def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
         return {"binding": None, "why": f"probe not finished: {e}"}
     except Exception as e:  # noqa: BLE001 — kverify's own fault: the own shape is always safe
         return {"binding": None, "why": f"probe failed in kverify: {type(e).__name__}: {e}"[:300]}
+    finally:
+        ctx.release(["probe"])
     ctx.binding = b
     return {"binding": b, "why": f"the candidate is accurate there (G02's rule); inputs "
                                  f"{spec_numel(ctx.specs_at(b))} elements instead of {spec_numel(ctx.specs)}"}
@@ -376,6 +378,8 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
         results.update(own_results)
         outcomes.update(outs)
     plans = {g: plans[g] for g in gate_ids if g in plans}  # judged in gate order
+    if "G01" not in gate_ids:  # the load's run of the reference at its own shape: planning is over
+        ctx.release(["G01"])
     t_run = time.monotonic()
 
     gate_seconds = {g: 0.0 for g in gate_ids}
@@ -385,6 +389,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
             _judge_gate(ctx, g, plan, outcomes, results)
         finally:  # the gate's calls in the worker + its judging here (shrinking; waiting on background work)
             gate_seconds[g] = round(sum(outcomes[j["id"]].seconds for j in plan) + time.monotonic() - t_judge, 3)
+            ctx.release([j["id"] for j in plan])  # its expected outputs are not needed any more
 
     std = _not_run(tolerance)
     if std_future is not None:

@@ -10,6 +10,7 @@ judge() is called.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -74,12 +75,35 @@ class Context:
         """The job's inputs regenerated in the parent (same bits as in the worker)."""
         return synthesize([InputSpec.from_json(s) for s in job["inputs"]], job[seed_key], self.device)
 
-    def expected(self, job: dict, seed_key: str = "seed") -> tuple[list, list]:
-        """(oracle fp64 outputs, low-precision reference outputs) for the job's inputs (cached)."""
+    def expected(self, job: dict, seed_key: str = "seed", host: bool = False) -> tuple[list, list]:
+        """(oracle fp64 outputs, low-precision reference outputs) for the job's inputs, on the
+        check's device; cached until the gate whose job it is has been judged (release()).
+        ``host``: keep the cached copy in host memory, not on the GPU (G05 runs the reference at
+        every variant while planning and compares at judging: dozens of outputs held at once).
+        Every job's expected outputs held on the GPU until the end of the check filled a whole
+        H200 (141 GB) in the check of one row with 1 GiB of inputs (scripts/device_memory.sh, stop 17)."""
+        got = self.store_expected(job, seed_key, host)
+        return _moved(got, self.device) if host else got
+
+    def store_expected(self, job: dict, seed_key: str = "seed", host: bool = True) -> tuple[list, list]:
+        """Compute and cache the job's expected outputs (expected()'s cache; ``host``: in host
+        memory) and return the cached copy as it is (G05's planning: the reference must run at a
+        variant, and its outputs wait there for the judging)."""
         key = (job["id"], seed_key)
         if key not in self.cache:
-            self.cache[key] = self.oracle.run(self.inputs_of(job, seed_key), job.get("binding"))
+            out = self.oracle.run(self.inputs_of(job, seed_key), job.get("binding"))
+            self.cache[key] = _moved(out, "cpu") if host else out
         return self.cache[key]
+
+    def release(self, job_ids: list[str]) -> None:
+        """Forget the expected outputs of these jobs (their gate has been judged; asked again, they
+        are computed again), and in an audit (KVERIFY_EMPTY_CACHE=1) give PyTorch's cached GPU
+        blocks back, as the workers do after each job, for the other checks sharing the GPU."""
+        ids = set(job_ids)
+        for key in [k for k in list(self.cache) if isinstance(k, tuple) and len(k) == 2 and k[0] in ids]:
+            del self.cache[key]
+        if os.environ.get("KVERIFY_EMPTY_CACHE") == "1" and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     def job_at(self, kind: str, label: str, binding: dict | None, specs: list[InputSpec], **extra) -> dict:
         """A job at another binding of the free dimensions."""
@@ -218,6 +242,11 @@ def accuracy_output(cand, oracle, ref) -> dict:
     cs = engine.compare(cand, oracle, b["atol"], b["rtol"])
     first = cs["first_past_bound"] if cs["first_past_bound"] >= 0 else cs["max_abs_idx"]
     return {"candidate": cs, "reference": rs, "bound": b, "values": values(first, cand, oracle, ref)}
+
+
+def _moved(expected: tuple[list, list], device: str) -> tuple[list, list]:
+    """(oracle outputs, reference outputs) with their tensors on ``device`` (others as they are)."""
+    return tuple([x.to(device) if isinstance(x, torch.Tensor) else x for x in xs] for xs in expected)
 
 
 def accuracy_run(job: dict, result: dict, oracle: list, ref: list, label: str = "") -> tuple[dict | None, str | None]:

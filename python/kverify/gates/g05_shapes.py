@@ -102,7 +102,7 @@ def _valid(ctx: Context, b: dict) -> str | None:
     if spec_numel(specs) > _budget(ctx):
         return "over the memory budget"
     try:
-        ctx.expected(_job(ctx, b))
+        ctx.store_expected(_job(ctx, b))
     except Exception as e:  # noqa: BLE001
         return f"reference raises {type(e).__name__}"
     return None
@@ -141,7 +141,7 @@ def _verdict(ctx: Context, b: dict, outcome) -> dict:
     if "exception" in r:
         return {**rec, "verdict": "UNSUPPORTED", "reason": r["exception"][:160]}
     job = _job(ctx, b)
-    oracle, ref = ctx.expected(job)
+    oracle, ref = ctx.expected(job, host=True)
     run, why = accuracy_run(job, r, oracle, ref)
     if why:
         return {**rec, "verdict": "FAIL", "reason": why, "bound_ratio": 1e300}
@@ -167,6 +167,7 @@ def _shrink(ctx: Context, failing: dict) -> dict:
             break
         outs = ctx.sandbox.run([_job(ctx, b) for b in cands], tag="G05-shrink")
         fails = [v for v in (_verdict(ctx, b, o) for b, o in zip(cands, outs)) if v["verdict"] == "FAIL"]
+        ctx.release([_job(ctx, b)["id"] for b in cands])  # their expected outputs (host memory)
         if not fails:
             break
         best = min(fails, key=lambda v: _size(ctx, v["binding"]))

@@ -1,0 +1,91 @@
+"""The check's expected outputs (fp64 oracle + reference) are held only while their gate needs them:
+Context.release after each gate's judging, G05's per-variant outputs kept in host memory.
+(On the H200 a check that held every job's outputs on the GPU filled all 141 GB for a row with
+1 GiB of inputs: scripts/device_memory.sh, stop 17.)"""
+import pytest
+import torch
+
+from kverify.check import check
+from kverify.examples import ROOT
+from kverify.gates.base import Context
+
+RELU = ROOT / "relu"
+
+
+class CountingOracle:
+    """Stands in for kverify.problem.Oracle: counts runs, returns one tensor per side."""
+
+    def __init__(self):
+        self.runs = 0
+
+    def run(self, inputs, binding=None):
+        self.runs += 1
+        return [torch.full((3,), float(self.runs), dtype=torch.float64)], [torch.ones(3)]
+
+
+def _ctx():
+    return Context(problem=None, specs=[], device="cpu", seed=0, oracle=CountingOracle())
+
+
+def _job(label):
+    return {"kind": "run", "id": label, "seed": 1, "binding": None, "inputs": []}
+
+
+def test_expected_is_cached_until_released_then_computed_again():
+    ctx = _ctx()
+    a = ctx.expected(_job("G02/0"))
+    assert ctx.expected(_job("G02/0")) is a and ctx.oracle.runs == 1  # cached
+    ctx.expected(_job("G03/x"))
+    ctx.release(["G02/0"])
+    assert ("G02/0", "seed") not in ctx.cache and ("G03/x", "seed") in ctx.cache  # only that gate's
+    again = ctx.expected(_job("G02/0"))
+    assert ctx.oracle.runs == 3 and again[0][0][0].item() == 3.0  # computed again, not lost
+
+
+def test_release_drops_every_seed_key_of_a_job_and_keeps_other_cache_entries():
+    ctx = _ctx()
+    ctx.cache["G08/layouts"] = [[3], "float32"]  # not an expected-outputs entry
+    ctx.expected(_job("G08"))
+    ctx.expected({**_job("G08"), "rewrite_seed": 2}, "rewrite_seed")
+    ctx.release(["G08"])
+    assert list(ctx.cache) == ["G08/layouts"]
+
+
+@pytest.mark.gpu
+def test_host_copies_stay_in_host_memory_and_come_back_on_the_gpu():
+    class CudaOracle(CountingOracle):
+        def run(self, inputs, binding=None):
+            return tuple([x.cuda() for x in xs] for xs in super().run(inputs, binding))
+
+    ctx = Context(problem=None, specs=[], device="cuda", seed=0, oracle=CudaOracle())
+    oracle, ref = ctx.expected(_job("G05/n=7"), host=True)
+    stored = ctx.cache[("G05/n=7", "seed")]
+    assert stored[0][0].device.type == "cpu" and stored[1][0].device.type == "cpu"
+    assert oracle[0].device.type == "cuda" and ref[0].device.type == "cuda"
+    assert torch.equal(oracle[0].cpu(), stored[0][0]) and torch.equal(ref[0].cpu(), stored[1][0])
+    ctx.store_expected(_job("G05/n=9"))  # G05's planning: stored, nothing copied back
+    assert ctx.cache[("G05/n=9", "seed")][0][0].device.type == "cpu" and ctx.oracle.runs == 2
+
+
+def test_store_expected_caches_once_and_release_drops_it():
+    ctx = _ctx()
+    kept = ctx.store_expected(_job("G05/n=7"))
+    assert ctx.store_expected(_job("G05/n=7")) is kept and ctx.oracle.runs == 1
+    assert torch.equal(ctx.expected(_job("G05/n=7"), host=True)[0][0], kept[0][0]) and ctx.oracle.runs == 1
+    ctx.release(["G05/n=7"])
+    assert ("G05/n=7", "seed") not in ctx.cache
+
+
+def test_a_check_releases_each_gates_jobs_after_judging_it(monkeypatch):
+    released = []
+    orig = Context.release
+
+    def spy(self, ids):
+        released.append(list(ids))
+        orig(self, ids)
+
+    monkeypatch.setattr(Context, "release", spy)
+    r = check((RELU / "reference.py").read_text(), str(RELU / "reference.py"), (RELU / "correct.py").read_text(),
+              str(RELU / "correct.py"), device="cpu", gates=["G01", "G02"], standard=False)
+    assert [g["verdict"] for g in r["gates"]] == ["PASS", "PASS"]
+    assert released[0] == ["G01"] and released[1] and all(i.startswith("G02/") for i in released[1])
