@@ -89,3 +89,25 @@ def test_a_check_releases_each_gates_jobs_after_judging_it(monkeypatch):
               str(RELU / "correct.py"), device="cpu", gates=["G01", "G02"], standard=False)
     assert [g["verdict"] for g in r["gates"]] == ["PASS", "PASS"]
     assert released[0] == ["G01"] and released[1] and all(i.startswith("G02/") for i in released[1])
+
+
+def test_g05_drops_the_models_of_its_variants_once_judged(monkeypatch):
+    """G05 builds a reference model pair (and its fp64 copy) per shape variant: after it is judged
+    only the own shape's and the gates' small shape's remain (Oracle.forget)."""
+    from kverify.problem import Oracle
+
+    oracles = []
+    orig = Oracle.__init__
+
+    def spy(self, *a, **k):
+        orig(self, *a, **k)
+        oracles.append(self)
+
+    monkeypatch.setattr(Oracle, "__init__", spy)
+    r = check((RELU / "reference.py").read_text(), str(RELU / "reference.py"), (RELU / "correct.py").read_text(),
+              str(RELU / "correct.py"), device="cpu", gates=["G05"], standard=False)
+    g05 = r["gates"][0]
+    assert g05["verdict"] == "PASS" and len(g05["evidence"]["variants"]) > 2, g05["summary"]
+    small = r["meta"]["gate_shape"]["binding"]
+    keep = {repr(sorted((b or {}).items())) for b in (None, small)}
+    assert oracles and set(oracles[0]._models) <= keep, sorted(oracles[0]._models)

@@ -462,6 +462,12 @@ class Oracle:
                 self._models[key] = (ref, copy.deepcopy(ref).double())
             return self._models[key]
 
+    def forget(self, binding: dict | None) -> None:
+        """Drop the models built for ``binding`` (models() builds them again if asked): G05 builds
+        a pair per shape variant, on the GPU, which nothing needs once it is judged."""
+        with STATE_LOCK:
+            self._models.pop(repr(sorted((binding or {}).items())), None)
+
     @torch.no_grad()
     def run_fp64(self, inputs: list, binding: dict | None = None, transform=None) -> list:
         """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed

@@ -168,6 +168,7 @@ def _shrink(ctx: Context, failing: dict) -> dict:
         outs = ctx.sandbox.run([_job(ctx, b) for b in cands], tag="G05-shrink")
         fails = [v for v in (_verdict(ctx, b, o) for b, o in zip(cands, outs)) if v["verdict"] == "FAIL"]
         ctx.release([_job(ctx, b)["id"] for b in cands])  # their expected outputs (host memory)
+        _forget_models(ctx, cands)  # and their models (GPU)
         if not fails:
             break
         best = min(fails, key=lambda v: _size(ctx, v["binding"]))
@@ -177,7 +178,23 @@ def _shrink(ctx: Context, failing: dict) -> dict:
 
 
 def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
-    """Judge from the jobs' outcomes: a crash or timeout at one variant is that variant's FAIL."""
+    """Judge from the jobs' outcomes: a crash or timeout at one variant is that variant's FAIL.
+    The reference models built for the variants are dropped afterwards (Oracle.forget)."""
+    try:
+        return _judge_outcomes(ctx, outcomes)
+    finally:
+        _forget_models(ctx, [b for b, _ in ctx.cache.get("G05/variants", [])])
+
+
+def _forget_models(ctx: Context, bindings: list[dict]) -> None:
+    """Drop the oracle's models of these variant bindings, not those the other gates use (the own
+    shape, the gates' small shape)."""
+    for b in bindings:
+        if b and b != ctx.binding:
+            ctx.oracle.forget(b)
+
+
+def _judge_outcomes(ctx: Context, outcomes: dict) -> dict:
     recs = []
     for b, why in ctx.cache["G05/variants"]:
         if why is not None:
