@@ -266,6 +266,10 @@ def test_oom_where_names_the_part_that_ran_out_of_memory():
            "standard": {"summary": "trial 0: raised OutOfMemoryError"}}
     assert oom_where(rep, "") == "G05,standard"
     assert oom_where(None, "cudaErrorMemoryAllocation") == "reason"
+    # the last line of PyTorch's message only (a standard test's summary, H200 audit)
+    assert oom_where({"gates": [], "standard": {"verdict": "ERROR", "summary": "memory. Tried to allocate 498.00 MiB. "
+                                                                      "GPU 0 has a total capacity of 139.80 GiB"}},
+                     "") == "standard"
     assert oom_where({"gates": [], "meta": {"x": "out of memory"}}, "") == "report"
     assert oom_where({"gates": [{"gate": "G02", "summary": "fine"}], "standard": {}}, "") == ""
 
@@ -716,3 +720,27 @@ def test_sigterm_unwinds_once():
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_row_without_id_has_the_same_id_however_the_corpus_path_is_written(tmp_path, monkeypatch):
+    """CUDA-L1 records carry no id: `<file name>:row<position>`, so ./c.jsonl and c.jsonl resume the
+    same journal (the path as typed made a second record of the same kernel)."""
+    ref = (RELU / "reference.py").read_text()
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"ref_code": ref, "custom_code": (RELU / "correct.py").read_text()}) + "\n")
+    j = tmp_path / "j.sqlite"
+    monkeypatch.chdir(tmp_path)
+    audit("c.jsonl", j, "--gates", "G01")
+    r = audit("./c.jsonl", j, "--gates", "G01")
+    assert [row[0] for row in Journal(j).rows()] == ["c.jsonl:row0"]
+    assert "1 kernels" in r.stdout + r.stderr or "1 kernel" in r.stdout + r.stderr
+
+
+def test_report_and_merge_name_a_directory_given_as_a_journal(tmp_path):
+    from kverify.audit_report import load
+    from kverify.errors import UsageError
+
+    with pytest.raises(UsageError, match="is a directory"):
+        load([str(tmp_path)])
+    with pytest.raises(UsageError, match="a directory"):
+        merge(tmp_path / "out.sqlite", [tmp_path])

@@ -204,7 +204,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     rows = []
     seen: dict[str, int] = {}
     for p, (line, r) in enumerate(iter_rows(corpus)):
-        r.setdefault("id", f"{corpus}:row{p}")  # CUDA-L1 records carry no id: their position is one
+        # CUDA-L1 records carry no id: the corpus file's name and the row's position are one (the
+        # name, not the path as typed: ./c.jsonl and c.jsonl must resume the same journal)
+        r.setdefault("id", f"{Path(corpus).name}:row{p}")
         if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
             raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
         seen[r["id"]] = line
@@ -231,6 +233,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     j.begin_run({"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
                  "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
                  "compile_jobs": compile_jobs, "kverify": _version()})
+    if redo_stale or redo_faults or redo_budget or redo:
+        Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
+                                   markup=False, highlight=False)
     if again:
         j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else "")
                  + ("-stale" if redo_stale else ""))
@@ -335,7 +340,10 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     os.replace(out + ".tmp", out)
 
 
-_OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation")
+#: How PyTorch and CUDA say a GPU ran out of memory, lower case. "tried to allocate" alone: a
+#: summary that keeps the last line of PyTorch's message can start after "CUDA out of" (H200
+#: audit, stop 17: a standard test journalled ERROR "memory. Tried to allocate 498.00 MiB ...").
+_OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation", "tried to allocate")
 
 
 def oom_where(report: dict | None, reason: str) -> str:

@@ -47,7 +47,8 @@ def load(journals: list[str]) -> list[dict]:
     out: dict[str, dict] = {}
     for path in journals:
         if not Path(path).is_file():
-            raise UsageError(f"{path}: no such journal")
+            raise UsageError(f"{path}: " + ("is a directory, not a journal file" if Path(path).is_dir()
+                                            else "no such journal"))
         j = Journal(path, readonly=True)
         cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
         for row in j.db.execute("SELECT * FROM kernels"):
@@ -303,7 +304,8 @@ def plots(rep: dict, out: Path) -> list[str]:
     ax.set_xscale("log")
     ax.set_xlabel("bound scale factor")
     ax.set_ylabel("failing kernels")
-    ax.legend(fontsize=7, ncol=3)
+    if ax.get_legend_handles_labels()[0]:  # an empty journal has no gate to draw
+        ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(out / "tolerance_sweep.png", dpi=120)
     files.append("tolerance_sweep.png")

@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated CUDA device ids to spread the checks over (default: every visible GPU)")
     au.add_argument("--gpu-gib", type=float, default=8.0,
                     help="base GiB of GPU memory to expect per check, to which 12x the bytes of the problem's "
-                         "inputs are added; a check starts on a busy GPU only when that much is free and not "
-                         "booked by its other checks (default 8; 0: no memory check, only --jobs)")
+                         "inputs and 12x the fp32 bytes of its reference's parameters and buffers are added (over "
+                         "half a GPU: a whole GPU); a check starts on a busy GPU only when that much is free and "
+                         "not booked by its other checks (default 8; 0: no memory check, only --jobs)")
     au.add_argument("--redo", action="append", default=None, metavar="ID[,ID...]",
                     help="check these journalled rows again (their old records are kept in the journal's "
                          "'forgotten' table)")

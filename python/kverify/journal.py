@@ -194,7 +194,8 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
     when the merge fails."""
     missing = [str(p) for p in inputs if not Path(p).is_file()]
     if missing:
-        raise UsageError(f"{', '.join(missing)}: no such journal")
+        raise UsageError(f"{', '.join(missing)}: no such journal" + (" (a directory)" if any(Path(m).is_dir() for m in missing)
+                                                                    else ""))
     created = not Path(out).exists()
     dst = Journal(out)
     try:
