@@ -363,15 +363,6 @@ def oom_where(report: dict | None, reason: str) -> str:
     return ",".join(where)
 
 
-def drain_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
-    """The GPU to empty for a row that must run alone (it ran out of memory beside others): of
-    ``gpus``, the one with the fewest running processes (``busy``: the GPU of each running check
-    and build), the first such in order; None when there is no list (every process sees every GPU:
-    all of them are emptied). While it empties and while the row runs there, no check or build
-    starts on it; the other GPUs go on (_pipeline)."""
-    return pick_gpu(gpus, busy)
-
-
 def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
     """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running processes
     of one stage), the first such in order; None when there is no GPU to choose from."""
@@ -476,8 +467,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
     GPU is not recorded but run again alone and serial (one worker at a time, see _task) as soon as
-    a GPU is empty: one GPU (drain_gpu) takes no new process until it is, then runs such rows one
-    after another while the others go on (with no GPU list, or one GPU, everything waits for it);
+    a GPU is empty: one GPU (an idle one, else the one with the fewest processes) takes no new
+    process until it is, then runs such rows one after another while the others go on (with no
+    GPU list, or one GPU, everything waits for it);
     only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
     check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
     row's input and parameter bytes as measured by its build, a whole GPU when that is over
@@ -536,14 +528,18 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         return total if need > EXCLUSIVE_SHARE * total else need
     try:
         while any(waiting.values()) or running:
-            if drain[0] is not None and not waiting["alone"] and not any(r[1] == "alone" for r in running.values()):
+            alone_running = any(r[1] == "alone" for r in running.values())
+            if drain[0] is not None and not waiting["alone"] and not alone_running:
                 drain[0] = None  # no row left to run alone: the GPU takes others again
-            if waiting["alone"] and drain[0] is None:
-                drain[0] = drain_gpu(gpus, [r[4] for r in running.values()]) if gpus else "*"
-            if waiting["alone"] and gpus and not any(r[1] == "alone" for r in running.values()):
-                idle = [g for g in gpus if not any(r[4] == g for r in running.values())]
-                if idle and drain[0] not in idle:
-                    drain[0] = idle[0]  # another GPU emptied first: reserve that one instead
+            if waiting["alone"] and not alone_running:  # reserve a GPU to empty for them
+                if not gpus:
+                    drain[0] = "*"  # every process sees every GPU: all must empty
+                else:  # an idle one if any (also when another was reserved), else the least busy
+                    idle = [g for g in gpus if not any(r[4] == g for r in running.values())]
+                    if idle and drain[0] not in idle:
+                        drain[0] = idle[0]
+                    elif drain[0] is None:
+                        drain[0] = pick_gpu(gpus, [r[4] for r in running.values()])
             for stage in ("alone", "check", "build"):
                 if stage == "alone":  # on the reserved GPU once nothing else runs there
                     if not waiting["alone"] or any(r[1] == "alone" for r in running.values()) or any(

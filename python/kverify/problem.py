@@ -350,9 +350,9 @@ class Problem:
             try:
                 self.bind(binding)
                 sample, n = self._meta_inputs(seed, binding)
+                model = self._meta_model()
+                n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
                 with torch.device("meta"):
-                    model = self.module.Model(*self.module.get_init_inputs())
-                    n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
                     try:
                         if sample is not None:
                             with torch.no_grad():
@@ -372,11 +372,16 @@ class Problem:
         with STATE_LOCK:
             try:
                 self.bind(None)
-                with torch.device("meta"):
-                    model = self.module.Model(*self.module.get_init_inputs())
+                model = self._meta_model()
                 return sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
             except Exception:  # noqa: BLE001
                 return None
+
+    def _meta_model(self) -> torch.nn.Module:
+        """Model(*get_init_inputs()) on meta tensors, at the binding the caller bound under
+        STATE_LOCK (nothing allocated). Raises what the constructor raises."""
+        with torch.device("meta"):
+            return self.module.Model(*self.module.get_init_inputs())
 
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
         """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
