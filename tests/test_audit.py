@@ -107,8 +107,9 @@ def test_kill_and_resume_equals_uninterrupted(corpus, whole, tmp_path):
     n_at_kill = committed(killed)
     assert 2 <= n_at_kill < 5
     assert no_orphans(tmp)
-    audit(corpus, killed)
+    r = audit(corpus, killed)
     assert Journal(killed).rows() == rows
+    assert f"{n_at_kill} of this run's 5 row(s) already journalled, skipped; {5 - n_at_kill} to check" in r.stderr, r.stderr
 
 
 def test_pipeline_killed_and_resumed_equals_the_sequential_run(corpus, whole, tmp_path):
@@ -174,6 +175,11 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                         "--shard", "2/2"], capture_output=True, text=True)
     assert r.returncode == 2 and "shard" in r.stderr
+    # a value with a leading '-' reaches kverify's own check (argparse alone says "expected one argument")
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
+                        "--shard", "-1/2"], capture_output=True, text=True)
+    assert r.returncode == 2 and "need 0 <= i < n" in r.stderr and "usage:" not in r.stderr, r.stderr
+    assert not (tmp_path / "j").exists()
 
 
 def test_wilson_interval():
@@ -644,6 +650,9 @@ def test_a_row_the_budget_cut_and_nothing_failed_is_unjudged_and_bad_journal_pat
     jj.close()
     with pytest.raises(UsageError, match="is a directory"):
         Journal(tmp_path)
+    with pytest.raises(UsageError, match="does not exist"):
+        Journal(tmp_path / "typo" / "j.sqlite")
+    assert not (tmp_path / "typo").exists()
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as db:
         db.execute("CREATE TABLE kernels (a TEXT)")

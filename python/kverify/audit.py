@@ -241,6 +241,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
                  + ("-stale" if redo_stale else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
+    if len(todo) < len(rows):  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
+        Console(stderr=True).print(f"{journal}: {len(rows) - len(todo)} of this run's {len(rows)} row(s) already "
+                                   f"journalled, skipped; {len(todo)} to check", soft_wrap=True, markup=False,
+                                   highlight=False)
     counts = dict.fromkeys(CLASSES, 0)
     counts.update({k: v for k, v in j.counts().items() if k in counts})
     console = Console(stderr=True)

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     a = None
     try:
-        a = ap.parse_args(argv)
+        a = ap.parse_args(_glue_dash_values(sys.argv[1:] if argv is None else argv))
         if a.timeout <= 0 or a.load_timeout <= 0:
             raise UsageError("--timeout and --load-timeout must be positive")
         if getattr(a, "jobs", 1) < 1:
@@ -197,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     except LoadError as e:
         Console(stderr=True).print(f"[bold red]kverify: cannot load[/] {e.path}: {e.reason}", highlight=False, soft_wrap=True)
         return 2
-    except UsageError as e:
-        Console(stderr=True).print(f"[bold red]kverify: usage:[/] {e}", highlight=False, soft_wrap=True)
-        return 2
-    except KverifyError as e:
+    except KverifyError as e:  # usage errors included: many name a file or field, not the command line
         Console(stderr=True).print(f"[bold red]kverify:[/] {e}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
@@ -208,6 +205,22 @@ def main(argv: list[str] | None = None) -> int:
             if a is not None and a.func is cmd_audit else "no worker is left running"
         Console(stderr=True).print(f"kverify: interrupted; {what}", highlight=False, soft_wrap=True)
         return 130
+
+
+def _glue_dash_values(argv: list[str]) -> list[str]:
+    """["--shard", "-1/2"] -> ["--shard=-1/2"]: argparse takes a value that starts with '-' (and is
+    not a plain negative number) for an option and says only "expected one argument"; glued, the
+    value reaches its own check, whose message says what is wrong with it."""
+    out, k = [], 0
+    while k < len(argv):
+        if argv[k] in ("--shard", "--gpus") and k + 1 < len(argv) and argv[k + 1].startswith("-") \
+                and not argv[k + 1].startswith("--"):
+            out.append(f"{argv[k]}={argv[k + 1]}")
+            k += 2
+        else:
+            out.append(argv[k])
+            k += 1
+    return out
 
 
 def _terminate(*_) -> None:

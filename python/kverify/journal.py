@@ -49,14 +49,17 @@ FAULT_PREFIX = "kverify fault"
 
 
 class Journal:
-    """Open (creating if needed) a journal file; ``readonly``: open an existing one for reading only
-    (report, merge inputs: the file is not touched, and may be read-only). Raises UsageError if it
-    is not a kverify journal."""
+    """Open (creating if needed, in a folder that must exist) a journal file; ``readonly``: open an
+    existing one for reading only (report, merge inputs: the file is not touched, and may be
+    read-only). Raises UsageError if it is not a kverify journal, is a directory, or its folder
+    does not exist."""
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
         if self.path.is_dir():
             raise UsageError(f"{self.path}: is a directory, not a journal file")
+        if not readonly and not self.path.parent.is_dir():  # a typo must not leave a tree of folders behind
+            raise UsageError(f"{self.path}: folder {self.path.parent} does not exist")
         try:
             if readonly:
                 # immutable (no lock, no -shm beside it: a read-only folder or file works) unless a
@@ -65,7 +68,6 @@ class Journal:
                 flags = "mode=ro" + ("" if wal.exists() and wal.stat().st_size else "&immutable=1")
                 self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None)
             else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = sqlite3.connect(self.path, isolation_level=None)
             self.tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             columns = [r[1] for r in self.db.execute("PRAGMA table_info(kernels)")]
