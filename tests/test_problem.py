@@ -224,3 +224,57 @@ def test_g05_skips_variants_whose_parameters_exceed_its_budget(tmp_path):
     by = {v["binding"]["kernel_size"]: v for v in g05["evidence"]["variants"] if v["binding"]["channels"] == 16}
     assert by[257]["verdict"] == "SKIPPED" and by[257]["reason"] == "over the memory budget", by[257]
     assert by[5]["verdict"] == "PASS", by[5]
+
+
+GRU_H0 = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.gru = nn.GRU(input_size, hidden_size, 2, bidirectional=True)
+        self.h0 = torch.randn((4, batch_size, hidden_size))  # a plain attribute, not a buffer
+
+    def forward(self, x):
+        self.h0 = self.h0.to(x.device)
+        return self.gru(x, self.h0)[0]
+
+
+batch_size = 3
+input_size = 5
+hidden_size = 6
+
+
+def get_inputs():
+    return [torch.randn(7, batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size]
+"""
+
+
+def test_the_oracle_upcasts_tensors_kept_as_plain_attributes():
+    """KernelBench's GRU/LSTM problems keep h0 as a plain tensor attribute: Module.double() leaves
+    it fp32 and the fp64 GRU raises "Input and hidden tensors are not the same dtype" (two CUDA-L1
+    rows, a GRU and an LSTM, were UNJUDGED so on the H200). The oracle's copy holds it in fp64,
+    equal in value; the reference model keeps its own fp32 one, and the fp64 outputs are the
+    reference's to fp32 error. A tensor already fp64 in a list (an alias of a parameter that
+    double() converted) stays the same object."""
+    from kverify.problem import Oracle, synthesize
+
+    p = Problem(GRU_H0, "gru_h0.py")
+    o = Oracle(p, 0, "cpu")
+    ref, ora = o.models()
+    assert ref.h0.dtype == torch.float32 and ora.h0.dtype == torch.float64
+    assert torch.equal(ora.h0, ref.h0.double()) and "h0" not in dict(ora.named_buffers())
+    high, low = o.run(synthesize(p.input_specs(0), 0, "cpu"))
+    assert high[0].dtype == torch.float64 and low[0].dtype == torch.float32
+    assert torch.allclose(high[0], low[0].double(), atol=1e-5)
+    from kverify.problem import fp64_copy
+
+    m = torch.nn.Linear(2, 2)
+    m.alias = [m.weight, {"scale": torch.ones(1)}]
+    d = fp64_copy(m)
+    assert d.alias[0] is d.weight and d.alias[1]["scale"].dtype == torch.float64

@@ -418,6 +418,34 @@ def upcast(x):
     return x
 
 
+def fp64_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of ``model``: its floating parameters and buffers (Module.double()) and also
+    the floating tensors its modules keep as plain attributes, alone or in (nested) lists, tuples
+    and dicts (KernelBench's ``self.h0 = torch.randn(...)`` beside an nn.GRU or nn.LSTM:
+    Module.double() leaves it float32, and the fp64 GRU then refuses an fp32 hidden state). Other
+    dtypes stay. State a forward draws anew (``torch.randn(..., device=x.device)``) stays fp32."""
+    m = copy.deepcopy(model).double()
+
+    def up(v):  # the value itself when nothing in it changes (a Parameter double() converted stays shared)
+        if isinstance(v, torch.Tensor):
+            return v.detach().double() if v.is_floating_point() and v.dtype != torch.float64 else v
+        if type(v) in (list, tuple):
+            new = [up(x) for x in v]
+            return v if all(a is b for a, b in zip(new, v)) else type(v)(new)
+        if type(v) is dict:
+            new = {k: up(x) for k, x in v.items()}
+            return v if all(new[k] is v[k] for k in v) else new
+        return v
+
+    for sub in m.modules():
+        for k, v in list(vars(sub).items()):
+            if not k.startswith("_") or isinstance(v, torch.Tensor):
+                w = up(v)
+                if w is not v:
+                    object.__setattr__(sub, k, w)  # a plain attribute stays one (not a buffer)
+    return m
+
+
 def as_outputs(y) -> list:
     """A model's return value as a list of outputs."""
     if isinstance(y, (list, tuple)):
@@ -431,7 +459,8 @@ def container(y) -> str:
 
 
 class Oracle:
-    """The reference in float64 on upcast inputs/parameters/buffers, plus the low-precision
+    """The reference in float64 on upcast inputs/parameters/buffers (and tensors kept as plain
+    attributes: fp64_copy), plus the low-precision
     reference itself (its error against the oracle calibrates the accuracy bounds)."""
 
     def __init__(self, problem: Problem, seed: int, device: str):
@@ -464,7 +493,7 @@ class Oracle:
             if key not in self._models:
                 self.problem.bind(binding)
                 ref = self.problem.reference_model(self.seed, self.device)
-                self._models[key] = (ref, copy.deepcopy(ref).double())
+                self._models[key] = (ref, fp64_copy(ref))
             return self._models[key]
 
     def forget(self, binding: dict | None) -> None:
