@@ -196,6 +196,24 @@ def test_wilson_interval():
             assert lo <= k / n <= hi
 
 
+def test_the_report_counts_compile_errors_the_candidate_caught():
+    """CUDA-L1 rows catch their failed load_inline and run on PyTorch's operators: the report says
+    how many COMPILE_ERROR rows did (CAUGHT_MARK in the reason), the others are not counted."""
+    from kverify.audit_report import build, markdown
+    from kverify.build import CAUGHT_MARK
+
+    def row(i, reason):
+        return {"id": f"r{i}", "class": "COMPILE_ERROR", "standard": None, "source": "s", "level": 1,
+                "backend": "cuda", "gpu": "H100", "reason": reason, "gates": {}}
+
+    rows = [row(0, f"extension e failed to build ({CAUGHT_MARK}): main.cpp:4:46: error: 'forward' was not declared"),
+            row(1, "extension e failed to build: cuda.cu(3): error: x"), row(2, f"extension e failed to build ({CAUGHT_MARK}): y")]
+    rep = build(rows)
+    assert rep["compile_errors_caught"] == 2
+    assert "2 of the 3 COMPILE_ERROR row(s) caught their failed build" in markdown(rep)
+    assert "caught their failed build" not in markdown(build(rows[1:2]))
+
+
 def test_the_report_of_an_all_broken_journal_draws_its_plots(tmp_path):
     """10 of 10 rows BROKEN (the first H200 shard): the Wilson bar must not get a negative error."""
     from kverify.audit_report import build, plots

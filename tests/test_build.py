@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kverify._internal.fastbuild import first_compiler_error, read_state
-from kverify.build import cache_dir, precompile
+from kverify.build import CAUGHT_MARK, cache_dir, precompile
 
 REF = """
 import torch
@@ -36,7 +36,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 try:
     _ext = load_inline(name="kv_build_test", cpp_sources="torch::Tensor relu(torch::Tensor x) { return y; }",
-                       functions=["relu"])
+                       functions=["relu"], verbose=True)  # verbose: torch prints the compiler's output
 except Exception:
     _ext = None
 class ModelNew(torch.nn.Module):
@@ -87,7 +87,7 @@ def test_compile_error_is_a_status_with_the_first_error():
     bad = CAND.format(body="y")
     p = pre(bad)
     assert p.status == "compile_error"
-    assert "was not declared" in p.error and "extension kv_build_test failed to build" in p.error
+    assert "was not declared" in p.error and "extension kv_build_test failed to build: " in p.error  # not caught
     (state,) = read_state(cache_dir(bad)).values()
     assert state["ok"] is False and state["diagnosed"] is True
     again = pre(bad)  # not rebuilt: the recorded diagnostic is raised at once
@@ -122,7 +122,8 @@ def test_second_try_that_builds_is_not_a_compile_error():
 def test_caught_compile_error_is_still_a_compile_error():
     p = pre(CAUGHT)
     assert p.status == "compile_error", json.dumps(p.builds)
-    assert "was not declared" in p.error
+    assert "was not declared" in p.error  # also with verbose=True (the error then held no compiler output)
+    assert f"failed to build ({CAUGHT_MARK}): " in p.error
 
 
 def test_sanitizer_report_parsing():
@@ -260,3 +261,27 @@ def test_cuda_candidate_builds_narrow_and_passes(tmp_path, monkeypatch):
     assert [b["mode"] for b in p.builds.values()] == ["narrow"], p.builds
     r = check(REF, "ref.py", CUDA_CAND, "cand.py", device="cuda", gates=["G01", "G02", "G07"])
     assert r["class"] == "CLEAN", [(g["gate"], g["verdict"], g["summary"]) for g in r["gates"]]
+
+
+@pytest.mark.slow
+def test_both_audit_modes_journal_a_caught_compile_error_with_the_mark(tmp_path):
+    """A candidate that catches its failed build and loads without its extension is COMPILE_ERROR
+    with CAUGHT_MARK; one whose failure propagates, without it; the sequential audit (the check
+    loads the candidate) and the pipeline (precompile's warm-up) journal the same reasons."""
+    import sqlite3
+
+    from kverify.audit import run_audit
+
+    rows = [{"id": "caught", "reference": REF, "candidate": CAUGHT},
+            {"id": "raised", "reference": REF, "candidate": CAND.format(body="y")}]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reasons = []
+    for k, mode in enumerate(({"jobs": 1}, {"jobs": 1, "compile_jobs": 1})):
+        j = tmp_path / f"j{k}.sqlite"
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], **mode)
+        with sqlite3.connect(j) as db:
+            reasons.append(dict(db.execute("SELECT id, class || ': ' || reason FROM kernels").fetchall()))
+    assert reasons[0] == reasons[1], reasons
+    assert reasons[0]["caught"].startswith(f"COMPILE_ERROR: extension kv_build_test failed to build ({CAUGHT_MARK}): ")
+    assert reasons[0]["raised"].startswith("COMPILE_ERROR: extension kv_build_test failed to build: ")

@@ -64,12 +64,12 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
-def _failed_build(candidate_source: str) -> str:
-    """kverify.build.failed_build of this candidate's recorded builds."""
+def _failed_build(candidate_source: str, caught: bool) -> str:
+    """kverify.build.failed_build of this candidate's recorded builds (``caught``: it loaded anyway)."""
     from kverify._internal.fastbuild import read_state
     from kverify.build import cache_dir, failed_build
 
-    return failed_build(read_state(cache_dir(candidate_source)))
+    return failed_build(read_state(cache_dir(candidate_source)), caught)
 
 
 #: the reason of a row journalled UNJUDGED because its row budget cut gates short and none failed
@@ -108,7 +108,12 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     except Exception as e:  # noqa: BLE001 — kverify's own fault: record it and go on
         report, klass, reason = None, "UNJUDGED", f"{FAULT_PREFIX}: {type(e).__name__}: {e}"[:500]
     if isinstance(row.get("candidate", row.get("custom_code")), str):
-        failed = _failed_build(row.get("candidate", row.get("custom_code")))
+        # the check loaded the candidate and its own-shape call returned: it caught its failed build
+        # (the rule of kverify.build.precompile, so that both modes journal the same)
+        g01 = next((g for g in report["gates"] if g["gate"] == "G01"), {}) if report else {}
+        caught = report is not None and g01.get("verdict") not in ("CRASH", "TIMEOUT") \
+            and not (g01.get("evidence") or {}).get("exception")
+        failed = _failed_build(row.get("candidate", row.get("custom_code")), caught=caught)
         if failed:
             report, klass, reason = None, "COMPILE_ERROR", failed
     return report, klass, reason

@@ -21,6 +21,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from kverify.build import CAUGHT_MARK
 from kverify.errors import UsageError
 from kverify.journal import CLASSES, Journal, cut_by_budget
 
@@ -128,6 +129,8 @@ def build(kernels: list[dict]) -> dict:
             "cut_by_row_budget": dict(sorted(cut.items())),
             "rows_cut_by_row_budget": sum(any(cut_by_budget(r["verdict"], r["summary"]) for r in k["gates"].values())
                                           for k in kernels),
+            "compile_errors_caught": sum(CAUGHT_MARK in (k["reason"] or "") for k in kernels
+                                         if k["class"] == "COMPILE_ERROR"),
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
             "rules": dict(sorted(rules.items())), "failure_sample": sample}
 
@@ -200,6 +203,11 @@ def markdown(rep: dict) -> str:
             L.append(f"| {c} | {r['count']} | 0 | n/a | n/a |")
             continue
         L.append(f"| {c} | {r['count']} | {r['of']} | {r['rate']:.1%} | {r['wilson95'][0]:.1%} – {r['wilson95'][1]:.1%} |")
+    if rep.get("compile_errors_caught"):
+        L.append(f"\n{rep['compile_errors_caught']} of the {rep['classes']['COMPILE_ERROR']['count']} COMPILE_ERROR "
+                 "row(s) caught their failed build and ran without their extension (on PyTorch's own operators): "
+                 "what their harness accepted was not their kernel. (Marked since kverify recorded it; rows "
+                 "journalled before are not marked.)")
     if rep["clean_rows_with_an_error_gate"]:
         L.append(f"\n{rep['clean_rows_with_an_error_gate']} CLEAN row(s) have a gate kverify could not judge (ERROR, "
                  "not established): " + ", ".join(f"{g} {n}" for g, n in rep["clean_with_error_gates"].items()) + ".")

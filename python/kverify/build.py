@@ -135,17 +135,20 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     box = Sandbox(reference_source=reference_source, reference_path=reference_path,
                   candidate_source=candidate_source, candidate_path=candidate_path, device=device, seed=seed,
                   timeout=timeout, load_timeout=load_timeout, tolerance=tolerance)
-    status, error = "ok", ""
+    status, error, raised = "ok", "", False
     try:
         outcome = box.run([job], tag="precompile")[0]
         if outcome.status != "ok":
             status, error = outcome.status, outcome.detail[:300]
+        else:  # its warm-up call raised (an extension built lazily in forward that failed, say)
+            raised = "exception" in outcome.result
     except LoadError as e:
         status, error = "load_error", e.reason
     finally:
         box.cleanup()
     builds = read_state(cache_dir(candidate_source))
-    failed = failed_build(builds)
+    # it loaded and its warm-up call (if any ran) returned, although an extension failed: it caught that
+    failed = failed_build(builds, caught=status == "ok" and not raised)
     if failed:
         status, error = "compile_error", failed
     input_bytes = sum(math.prod(sp.shape) * getattr(torch, sp.dtype).itemsize for sp in specs if sp.kind == "tensor")
@@ -153,13 +156,21 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes, param_bytes)
 
 
-def failed_build(builds: dict) -> str:
+#: in a COMPILE_ERROR reason: the candidate caught its build failure and loads (and, where it was
+#: called, returns) without its extension, on PyTorch's own operators: what its harness accepted
+#: was not its kernel
+CAUGHT_MARK = "caught by the candidate, which loads without it"
+
+
+def failed_build(builds: dict, caught: bool = False) -> str:
     """The reason to call a candidate COMPILE_ERROR from its recorded builds, or "": some extension
     failed to build and none built, so no kernel of the candidate ran (also when the candidate
-    caught the failure and fell back to PyTorch). A failed first try followed by another extension
-    that built (a candidate's own second attempt) is not a compile error."""
+    caught the failure and fell back to PyTorch: ``caught`` adds CAUGHT_MARK). A failed first try
+    followed by another extension that built (a candidate's own second attempt) is not a compile
+    error. Form: "extension NAME failed to build[ (CAUGHT_MARK)]: <the compiler's first error>"."""
     failed = [(k, b) for k, b in sorted(builds.items()) if b.get("ok") is False]
     if not failed or any(b.get("ok") is True for b in builds.values()):
         return ""
     key, b = failed[0]
-    return f"extension {key.rsplit('-', 1)[0]} failed to build: {b.get('error', '')}"[:500]
+    mark = f" ({CAUGHT_MARK})" if caught else ""
+    return f"extension {key.rsplit('-', 1)[0]} failed to build{mark}: {b.get('error', '')}"[:500]

@@ -254,7 +254,9 @@ def install() -> None:
         for mode, files in tiers:
             last = mode == "stock"
             folder = root / (key if mode == "fast" else f"{key}-{mode}")
-            call = dict(args, build_directory=str(folder))
+            # verbose=False: torch then keeps the compiler's output in the exception (with verbose
+            # it goes to stdout and the error says only "Error building extension"); logging only
+            call = dict(args, build_directory=str(folder), verbose=False)
             if not last:
                 inc = narrow.write_shim(folder / "kv_include", files) if mode == "narrow" else SHIM
                 call["extra_cuda_cflags"] = [*(args.get("extra_cuda_cflags") or []), f"-I{inc}"]
