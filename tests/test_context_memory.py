@@ -111,3 +111,26 @@ def test_g05_drops_the_models_of_its_variants_once_judged(monkeypatch):
     small = r["meta"]["gate_shape"]["binding"]
     keep = {repr(sorted((b or {}).items())) for b in (None, small)}
     assert oracles and set(oracles[0]._models) <= keep, sorted(oracles[0]._models)
+
+
+
+def test_in_an_audit_gpu_cache_is_given_back_after_each_host_store_and_release(monkeypatch):
+    """G05 runs the reference once per variant while planning, each at another size: in an audit
+    (KVERIFY_EMPTY_CACHE=1) PyTorch's cached GPU blocks are given back after each stored variant
+    and after each released gate, not left to grow with every size; outside an audit, never."""
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    ctx = _ctx()
+    monkeypatch.delenv("KVERIFY_EMPTY_CACHE", raising=False)
+    ctx.store_expected(_job("G05/n=7"))
+    ctx.release(["G05/n=7"])
+    assert emptied == []
+    monkeypatch.setenv("KVERIFY_EMPTY_CACHE", "1")
+    ctx.store_expected(_job("G05/n=9"))
+    ctx.store_expected(_job("G05/n=9"))  # cached: no reference run, nothing to give back
+    assert len(emptied) == 1
+    ctx.expected(_job("G02/0"))  # kept on the device for its gate's judging
+    assert len(emptied) == 1
+    ctx.release(["G02/0"])
+    assert len(emptied) == 2

@@ -23,6 +23,13 @@ from kverify.problem import STATE_LOCK, InputSpec, Oracle, Problem, derive_seed,
 SMALL_INPUTS = 1 << 16
 
 
+def _give_back_gpu_cache() -> None:
+    """In an audit (KVERIFY_EMPTY_CACHE=1, set for its check processes), return PyTorch's cached
+    but unused GPU blocks to the driver, for the other checks sharing the GPU; otherwise nothing."""
+    if os.environ.get("KVERIFY_EMPTY_CACHE") == "1" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 @dataclass
 class Context:
     """State of one check.
@@ -93,6 +100,11 @@ class Context:
         if key not in self.cache:
             out = self.oracle.run(self.inputs_of(job, seed_key), job.get("binding"))
             self.cache[key] = _moved(out, "cpu") if host else out
+            if host:
+                # G05's planning: a reference run per variant, each of another size (near the own size
+                # when the gates stay there); PyTorch's cache of blocks would grow with every size
+                del out
+                _give_back_gpu_cache()
         return self.cache[key]
 
     def release(self, job_ids: list[str]) -> None:
@@ -102,8 +114,7 @@ class Context:
         ids = set(job_ids)
         for key in [k for k in list(self.cache) if isinstance(k, tuple) and len(k) == 2 and k[0] in ids]:
             del self.cache[key]
-        if os.environ.get("KVERIFY_EMPTY_CACHE") == "1" and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        _give_back_gpu_cache()
 
     def job_at(self, kind: str, label: str, binding: dict | None, specs: list[InputSpec], **extra) -> dict:
         """A job at another binding of the free dimensions."""
