@@ -2,10 +2,13 @@
 # One device call: build kverify, optionally re-run `kverify controls --device cuda` (CONTROLS=1)
 # and the G05 evidence of one twin, then audit one shard of the corpus until AUDIT_S seconds
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
-# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n. Journals and logs under $OUT. On
+# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n, or i/n,j/n,... : shards in turn,
+# each resuming its journal from results/audit/shards/ if there, the next one started while at
+# least 60 s of AUDIT_S are left. Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
+# GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
-# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo); REDO_STALE=1 every row
+# REDO=ID[,ID...] checks those journalled rows of the first shard again (kverify audit --redo); REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale).
 # The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
 # the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
@@ -22,27 +25,35 @@ if [ "${CONTROLS:-0}" = 1 ]; then
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gates'][0]; print('G05 twin', g['verdict'], g['summary'][:300])" "$OUT/g05_twin_$k.json"
   done
 fi
-J="$OUT/audit_shard_${SHARD//\//-of-}.sqlite"
-[ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
-left=$(( ${AUDIT_S:-300} ))
 scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # where the CPU goes
 sampler=$!
 # rows still in flight at the end write their Python stacks here (kverify.audit.STACK_ENV)
 export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
-# --foreground: TERM goes to the audit alone (not its process group), which then has its checks
-# write their stacks before it ends them
-timeout --foreground -k 60 -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${REDO:+--redo "$REDO"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} > "$OUT/audit.log" 2>&1
-echo "audit rc=$? after $(( $(date +%s) - t0 )) s"
-kill "$sampler" 2>/dev/null
-tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
-python3 - "$J" <<'PY'
+t_audit=$(date +%s)
+: > "$OUT/audit.log"
+redo=${REDO:-}  # the first shard's rows
+for shard in ${SHARD//,/ }; do  # SHARD=1/8,2/8: the next shard takes the time the one before left
+  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))
+  [ "$left" -ge 60 ] || break
+  J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
+  [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
+  echo "=== shard $shard, $left s left" >> "$OUT/audit.log"
+  # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
+  # write their stacks before it ends them
+  timeout --foreground -k 60 -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$shard" \
+    --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} >> "$OUT/audit.log" 2>&1
+  echo "audit of shard $shard rc=$? after $(( $(date +%s) - t0 )) s"
+  redo=
+  python3 - "$J" <<'PY'
 import sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL
 secs = [r[0] for r in db.execute("select seconds from kernels")]
-print(len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
+print(sys.argv[1].rsplit("/", 1)[-1], len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
 print("median seconds per kernel", statistics.median(secs) if secs else "n/a")
 PY
+done
+kill "$sampler" 2>/dev/null
+tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
 python3 - "$OUT/audit.log" <<'PY'
 import re, statistics, sys
 text = open(sys.argv[1], errors="replace").read()

@@ -8,10 +8,13 @@
 source "$(dirname "$0")/device_common.sh"
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify
 export CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_ORDER=PCI_BUS_ID KVERIFY_EMPTY_CACHE=1 KVERIFY_CUDA_SCHEDULE=block
+gpu0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+: "${gpu0:?cannot read GPU 0s uuid from nvidia-smi}"
 IFS=, read -ra ids <<< "${IDS:?IDS=row id[,row id...]}"
 for id in "${ids[@]}"; do
   tag=$(echo "$id" | tr '/' '_')
-  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 > "$OUT/apps_$tag.csv" 2>/dev/null &
+  # every GPU's processes are listed: the summary keeps GPU 0's (an audit may run on the others)
+  nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits -lms 500 > "$OUT/apps_$tag.csv" 2>/dev/null &
   smi=$!
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 500 > "$OUT/total_$tag.csv" 2>/dev/null &
   tot=$!
@@ -22,7 +25,7 @@ for id in "${ids[@]}"; do
     --json "$OUT/report_$tag.json" > "$OUT/check_$tag.txt" 2>&1
   echo "$id: check rc=$? in $(( $(date +%s) - t )) s"
   kill "$smi" "$tot" "$psl" 2>/dev/null; wait 2>/dev/null
-  python3 - "$OUT/apps_$tag.csv" "$OUT/ps_$tag.txt" "$OUT/total_$tag.csv" <<'PY'
+  python3 - "$OUT/apps_$tag.csv" "$OUT/ps_$tag.txt" "$OUT/total_$tag.csv" "$gpu0" <<'PY'
 import collections, re, sys
 names = {}
 for line in open(sys.argv[2], errors="replace"):
@@ -33,6 +36,9 @@ for line in open(sys.argv[2], errors="replace"):
 peak = collections.defaultdict(int)
 for line in open(sys.argv[1], errors="replace"):
     p = [x.strip() for x in line.split(",")]
+    if len(p) != 3 or p[0] != sys.argv[4]:  # another GPU's process
+        continue
+    p = p[1:]
     if len(p) == 2 and p[0].isdigit() and p[1].isdigit():
         role = names.get(p[0], "pid " + p[0])
         peak[role] = max(peak[role], int(p[1]))
