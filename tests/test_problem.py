@@ -278,3 +278,18 @@ def test_the_oracle_upcasts_tensors_kept_as_plain_attributes():
     m.alias = [m.weight, {"scale": torch.ones(1)}]
     d = fp64_copy(m)
     assert d.alias[0] is d.weight and d.alias[1]["scale"].dtype == torch.float64
+
+
+def test_a_cuda_candidate_on_a_torch_without_cuda_gets_kverifys_reason(monkeypatch):
+    """torch without CUDA refuses cuda_sources with "CUDA_HOME environment variable is not set",
+    which setting CUDA_HOME does not cure (the trial set it and got the same): the load error says
+    what the candidate needs instead."""
+    from kverify.problem import exec_module
+
+    src = "raise OSError('CUDA_HOME environment variable is not set. Please set it to your CUDA install root.')\n"
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(LoadError, match="builds a CUDA extension and this torch has no CUDA"):
+        exec_module(src, "cand.py", "kv_cuda_home_test", "candidate")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA torch: torch's own message stands
+    with pytest.raises(LoadError, match="raised OSError while loading: CUDA_HOME"):
+        exec_module(src, "cand.py", "kv_cuda_home_test", "candidate")

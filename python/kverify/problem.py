@@ -60,6 +60,10 @@ def exec_module(source: str, path: str, name: str, what: str) -> types.ModuleTyp
     except Exception as e:  # noqa: BLE001 — any failure of foreign code is a load error
         msg = str(e).strip().splitlines()
         first = next((l for l in msg if "error" in l.lower()), msg[0] if msg else "")
+        if "CUDA_HOME" in str(e) and torch.version.cuda is None:  # torch's hint cannot help here
+            raise LoadError(path, f"{what} builds a CUDA extension and this torch has no CUDA "
+                                  f"({torch.__version__}): it needs a CUDA build of torch and a GPU, and is "
+                                  f"not judged here", detail=str(e)[-4000:]) from None
         raise LoadError(path, f"{what} raised {type(e).__name__} while loading: {first[:300]}",
                         detail=str(e)[-4000:]) from None
     return mod
