@@ -182,6 +182,18 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
     assert not (tmp_path / "j").exists()
 
 
+def test_gpus_on_the_cpu_and_report_without_out_are_refused(corpus, whole, tmp_path):
+    """--gpus with the CPU was dropped without a word; `report` without --out wrote into
+    ./results/audit, replacing a project's committed report when run from its root."""
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
+                        "--device", "cpu", "--gpus", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--gpus 0: the audit runs on the cpu" in r.stderr, r.stderr
+    assert not (tmp_path / "j").exists()
+    r = subprocess.run([sys.executable, "-m", "kverify", "report", str(whole)], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 2 and "--out" in r.stderr and not (tmp_path / "results").exists()
+
+
 def test_wilson_interval():
     from kverify.audit_report import wilson
 

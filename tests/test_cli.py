@@ -102,6 +102,8 @@ def test_usage_errors():
     assert run("check", RELU / "reference.py", RELU / "correct.py", "--gates", "G99").returncode == 2
     r = run("check", "--corpus", "/nonexistent.jsonl", "--id", "x")
     assert r.returncode == 2 and "no such corpus file" in r.stderr
+    r = run("check", RELU / "reference.py", RELU)
+    assert r.returncode == 2 and "is a directory, not the candidate file" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("ref_body,needle", [

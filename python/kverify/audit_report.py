@@ -236,7 +236,8 @@ def markdown(rep: dict) -> str:
     L += ["\n## Our standard test against the accepting harness (all rows accepted)\n",
           "| source | rows | ran | pass | agreement |", "|---|---|---|---|---|"]
     for s, a in rep["standard_agreement"].items():
-        L.append(f"| {s} | {a['accepted_by_harness']} | {a['our_standard_ran']} | {a['our_standard_pass']} | {a['agreement']:.1%} |")
+        agree = f"{a['agreement']:.1%}" if a["our_standard_ran"] else "n/a"
+        L.append(f"| {s} | {a['accepted_by_harness']} | {a['our_standard_ran']} | {a['our_standard_pass']} | {agree} |")
     for field, groups in rep["breakdowns"].items():
         L += [f"\n## By {field}\n", "| " + field + " | " + " | ".join(CLASSES) + " |", "|---|" + "---|" * len(CLASSES)]
         L += [f"| {v} | " + " | ".join(str(c.get(k, 0)) for k in CLASSES) + " |" for v, c in groups.items()]

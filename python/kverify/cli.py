@@ -20,7 +20,7 @@ from kverify.errors import KverifyError, LoadError, UsageError
 def _read(path: str, what: str) -> str:
     p = Path(path)
     if not p.is_file():
-        raise LoadError(path, f"{what} file not found")
+        raise LoadError(path, f"{what} file not found" if not p.is_dir() else f"is a directory, not the {what} file")
     try:
         return p.read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -87,6 +87,8 @@ def cmd_audit(a) -> int:
 
     device = resolve_device(a.device)
     gpus = None
+    if device != "cuda" and a.gpus:  # not dropped without a word
+        raise UsageError(f"--gpus {a.gpus}: the audit runs on the {device} (--device cuda needs a CUDA GPU)")
     if device == "cuda":
         import torch
 
@@ -180,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     mg.set_defaults(func=cmd_merge, timeout=1.0, load_timeout=1.0)
     rp = sub.add_parser("report", help="write the audit report from journals")
     rp.add_argument("journals", nargs="+")
-    rp.add_argument("--out", default="results/audit", help="output folder (default results/audit)")
+    rp.add_argument("--out", required=True,
+                    help="output folder (created if needed; its report.* and plots are replaced), e.g. results/audit")
     rp.set_defaults(func=cmd_report, timeout=1.0, load_timeout=1.0)
     # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
     signal.signal(signal.SIGTERM, _terminate)
