@@ -166,9 +166,10 @@ def test_shards_merge_to_the_whole(corpus, whole, tmp_path):
     ia, ib = {r[0] for r in Journal(a).rows()}, {r[0] for r in Journal(b).rows()}
     assert ia and ib and not ia & ib
     out = tmp_path / "merged.sqlite"
-    assert merge(out, [a, b]) == 5
+    stats = {}
+    assert merge(out, [a, b], stats) == 5 and stats == {"copied": 5, "already": 0}
     assert Journal(out).rows() == Journal(whole).rows()
-    assert merge(out, [a]) == 5  # merging again adds nothing
+    assert merge(out, [a], stats) == 5 and stats == {"copied": 0, "already": len(ia)}  # again: nothing added, said
 
 
 def test_bad_shard_is_usage_error(corpus, tmp_path):
@@ -180,6 +181,23 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
                         "--shard", "-1/2"], capture_output=True, text=True)
     assert r.returncode == 2 and "need 0 <= i < n" in r.stderr and "usage:" not in r.stderr, r.stderr
     assert not (tmp_path / "j").exists()
+
+
+def test_an_empty_corpus_is_refused_before_a_journal_is_made(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(empty), "--journal", str(tmp_path / "j"),
+                        "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no rows (an empty corpus)" in r.stderr and str(empty) in r.stderr, r.stderr
+    assert not (tmp_path / "j").exists()
+
+
+def test_a_rate_with_nothing_to_divide_by_is_null():
+    from kverify.audit_report import build, markdown
+
+    rep = build([])
+    assert all(r["of"] == 0 and r["rate"] is None and r["wilson95"] is None for r in rep["classes"].values())
+    assert "| CLEAN | 0 | 0 | n/a | n/a |" in markdown(rep)
 
 
 def test_gpus_on_the_cpu_and_report_without_out_are_refused(corpus, whole, tmp_path):
@@ -462,7 +480,9 @@ def test_a_check_process_sees_only_its_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
     _unset_until_teardown(monkeypatch, "CUDA_VISIBLE_DEVICES")
     _unset_until_teardown(monkeypatch, "KVERIFY_CUDA_SCHEDULE")
+    _unset_until_teardown(monkeypatch, "KVERIFY_WORKDIR_ROOT")  # _task sets it for its sandboxes
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), gpu="1")
+    assert os.environ["KVERIFY_WORKDIR_ROOT"] == str(tmp_path)  # the sandboxes go under the audit's folder
     assert seen["env"] == "1"
     assert seen["schedule"] == "block"  # an audit's processes wait for the GPU without spinning
 
@@ -520,6 +540,7 @@ def test_the_alone_rerun_is_serial(tmp_path, monkeypatch):
     monkeypatch.setattr(audit, "_timed_check", fake_check)
     monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
     _unset_until_teardown(monkeypatch, "KVERIFY_SERIAL_CHECK")
+    _unset_until_teardown(monkeypatch, "KVERIFY_WORKDIR_ROOT")
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"))
     audit._task("check", "c.jsonl", {"id": "x"}, {}, str(tmp_path / "o.json"), serial=True)
     assert seen == [None, "1"]
@@ -723,12 +744,12 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group)
     f = tmp_path / "rows.jsonl"
     f.write_text("".join(json.dumps({"id": i, "reference": ref, "candidate": c, "level": 1}) + "\n"
                          for i, c in (("ex/fast", (RELU / "correct.py").read_text()), ("ex/slow", slow))))
-    j, stacks = tmp_path / "j.sqlite", tmp_path / "stacks"
-    stacks.mkdir()
+    j, stacks, tmp = tmp_path / "j.sqlite", tmp_path / "stacks", tmp_path / "tmp"
+    stacks.mkdir(), tmp.mkdir()
     p = subprocess.Popen([sys.executable, "-m", "kverify", "audit", str(f), "--journal", str(j), "--device", "cpu",
                           "--gates", "G01", "--jobs", "2", "--compile-jobs", "0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "KVERIFY_STACK_DIR": str(stacks)}, start_new_session=group)
+                         env={**os.environ, "KVERIFY_STACK_DIR": str(stacks), "TMPDIR": str(tmp)}, start_new_session=group)
     deadline = time.monotonic() + 300
     while committed(j) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -739,6 +760,7 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group)
     err = p.communicate(timeout=60)[1]
     assert p.returncode == 130 and committed(j) == 1, err
     assert "in flight when the audit stopped: ex/slow (check for " in err, err
+    assert not [x.name for x in tmp.iterdir() if x.name.startswith("kverify-")]  # the killed check's folders too
     if group:
         return
     dumps = [d.read_text() for d in stacks.iterdir()]

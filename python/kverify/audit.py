@@ -217,6 +217,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         seen[r["id"]] = line
         if p % n == i and (ids is None or r["id"] in ids):
             rows.append(r)
+    if not seen:  # before the journal is made: nothing to audit is a mistake, not an empty result
+        raise UsageError(f"{corpus}: no rows (an empty corpus)")
     if ids is not None and not rows:
         raise UsageError(f"{corpus}: no row of shard {i}/{n} has the id(s) {', '.join(ids)}")
     rows = rows[:limit] if limit else rows
@@ -311,6 +313,10 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     ``serial``: the check runs one worker at a time (KVERIFY_SERIAL_CHECK=1: no standard test or
     sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others."""
     from kverify._internal.lifeline import exit_with_parent
+
+    # the sandboxes' folders go under the audit's own temporary folder (out's), which the audit
+    # removes when it ends: a check it kills mid-row (an interrupt, a deadline) leaves nothing
+    os.environ["KVERIFY_WORKDIR_ROOT"] = str(Path(out).parent)
 
     if gpu is not None:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # the ids nvidia-smi reports (gpu_memory_mib)

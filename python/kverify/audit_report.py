@@ -70,8 +70,9 @@ def build(kernels: list[dict]) -> dict:
     classes = Counter(k["class"] for k in kernels)
     judged = n - sum(classes.get(c, 0) for c in NOT_JUDGED)
     of = {c: n if c in NOT_JUDGED else judged for c in CLASSES}
-    rates = {c: {"count": classes.get(c, 0), "of": of[c], "rate": classes.get(c, 0) / of[c] if of[c] else 0.0,
-                 "wilson95": wilson(classes.get(c, 0), of[c])} for c in CLASSES}
+    # no rate where there is nothing to divide by (JSON null; report.md says n/a)
+    rates = {c: {"count": classes.get(c, 0), "of": of[c], "rate": classes.get(c, 0) / of[c] if of[c] else None,
+                 "wilson95": wilson(classes.get(c, 0), of[c]) if of[c] else None} for c in CLASSES}
     gates: dict[str, Counter] = defaultdict(Counter)
     tf: dict[str, bool] = {}
     for k in kernels:
@@ -96,7 +97,7 @@ def build(kernels: list[dict]) -> dict:
         ran = [k for k in ks if k["standard"] in ("PASS", "FAIL")]
         ok = sum(k["standard"] == "PASS" for k in ran)
         agreement[src] = {"accepted_by_harness": len(ks), "our_standard_ran": len(ran), "our_standard_pass": ok,
-                          "agreement": ok / len(ran) if ran else 0.0, "wilson95": wilson(ok, len(ran))}
+                          "agreement": ok / len(ran) if ran else None, "wilson95": wilson(ok, len(ran)) if ran else None}
     breakdowns = {field: {str(v): dict(Counter(k["class"] for k in ks)) for v, ks in _group(kernels, field).items()}
                   for field in ("source", "level", "backend", "gpu")}
     sample = []

@@ -106,8 +106,10 @@ def cmd_audit(a) -> int:
 def cmd_merge(a) -> int:
     from kverify.journal import merge
 
-    n = merge(a.out, a.journals)
-    print(f"{a.out}: {n} kernels")
+    stats: dict = {}
+    n = merge(a.out, a.journals, stats)
+    print(f"{a.out}: {n} kernels ({stats['copied']} copied; {stats['already']} already there or in an earlier "
+          "journal, the same record, kept once)")
     return 0
 
 

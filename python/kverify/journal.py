@@ -188,9 +188,11 @@ class Journal:
         self.db.close()
 
 
-def merge(out: str | Path, inputs: list[str | Path]) -> int:
+def merge(out: str | Path, inputs: list[str | Path], stats: dict | None = None) -> int:
     """Copy every kernel of ``inputs`` into ``out``; a kernel present in two inputs with different
-    content raises UsageError naming both files. Returns the number of kernels in ``out``.
+    content raises UsageError naming both files. Returns the number of kernels in ``out``;
+    ``stats`` (a dict, if given) gets "copied" (kernels added to ``out``) and "already" (records
+    of kernels ``out`` or an earlier input held already, with the same content: kept once).
     Every input is looked for, and its run options (FIXED_OPTIONS) and kernels compared, before
     ``out`` is written; inputs are opened read-only. An ``out`` this call created is removed again
     when the merge fails."""
@@ -201,7 +203,7 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
     created = not Path(out).exists()
     dst = Journal(out)
     try:
-        _copy_into(dst, out, inputs)
+        copied, already = _copy_into(dst, out, inputs)
     except BaseException:
         dst.close()
         if created:
@@ -210,6 +212,8 @@ def merge(out: str | Path, inputs: list[str | Path]) -> int:
         raise
     n = len(dst.done())
     dst.close()
+    if stats is not None:
+        stats.update(copied=copied, already=already)
     return n
 
 
@@ -220,7 +224,7 @@ def _fixed(j: "Journal") -> dict | None:
     return None if not runs else {k: v for k, v in json.loads(runs[0][1]).items() if k in FIXED_OPTIONS}
 
 
-def _copy_into(dst: "Journal", out, inputs) -> None:
+def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     # first every input's run options and kernels, with nothing written: a refused merge copies nothing
     fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None  # (where from, options)
     first: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
@@ -241,11 +245,14 @@ def _copy_into(dst: "Journal", out, inputs) -> None:
         finally:
             src.close()
     seen = {r[0] for r in dst.rows()}
+    copied = already = 0
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
         for r in src.rows():
             if r[0] in seen:  # the same content (checked above)
+                already += 1
                 continue
+            copied += 1
             seen.add(r[0])
             k = src.db.execute("SELECT * FROM kernels WHERE id = ?", (r[0],)).fetchone()
             g = src.db.execute("SELECT * FROM gates WHERE kernel_id = ?", (r[0],)).fetchall()
@@ -263,3 +270,4 @@ def _copy_into(dst: "Journal", out, inputs) -> None:
                 dst.db.execute("INSERT INTO runs VALUES (?,?)", rec)
         dst.db.execute("COMMIT")
         src.close()
+    return copied, already

@@ -72,7 +72,10 @@ class Sandbox:
     load_timeout: float = 900.0
     tolerance: float = 1e-2
     budget: float | None = None
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kverify-")))
+    #: under $KVERIFY_WORKDIR_ROOT when set (an audit's check and build processes: their audit
+    #: removes that folder when it ends, so a process it killed leaves nothing behind), else TMPDIR
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(
+        prefix="kverify-", dir=os.environ.get("KVERIFY_WORKDIR_ROOT") or None)))
 
     def __post_init__(self):
         self.deadline = None if self.budget is None else time.monotonic() + self.budget
