@@ -158,6 +158,10 @@ def main() -> int:
     ap.add_argument("--stock", action="store_true",
                     help="also compile with torch's own torch/extension.h (what stock load_inline uses) and "
                          "compare the fast and narrow builds' device and host code with it")
+    ap.add_argument("--checked", action="store_true",
+                    help="build as kverify's fast build does: every mode through kverify's nvcc (pnvcc, host and "
+                         "device passes at once), the narrow one with its check against the fast build's headers "
+                         "(kverify._internal.declset); a refused narrow build costs its try plus the fast build")
     ap.add_argument("--narrow-only", action="store_true",
                     help="compile only with the narrow header: how many sources it serves and compiles (no ratio)")
     a = ap.parse_args()
@@ -200,6 +204,8 @@ def main() -> int:
             modes["stock"] = ""  # no -I: torch's own headers
         work.append((name, d, modes))
 
+    from kverify._internal import pnvcc
+
     def compile_one(item):
         name, d, mode, shim, rep = item
         obj = d / f"{mode}.{rep}.o"
@@ -207,8 +213,15 @@ def main() -> int:
         keep.mkdir()
         t = time.perf_counter()
         inc_flag = [f"-I{shim}"] if shim else []
-        r = subprocess.run([nvcc, "-c", str(d / "cuda.cu"), "-o", str(obj), *inc_flag, "--keep",
-                            "--keep-dir", str(keep), *flags], capture_output=True, text=True)
+        tool, env, kept = [nvcc], None, ["--keep", "--keep-dir", str(keep)]
+        if a.checked:  # pnvcc takes no --keep: device code is compared with cuobjdump on the object
+            tool, kept = [sys.executable, pnvcc.__file__], []
+            env = {**os.environ, "KVERIFY_REAL_NVCC": nvcc}
+            if mode == "narrow":
+                env.update({pnvcc.CHECK_REDUCED: shim, pnvcc.CHECK_FULL: str(SHIM),
+                            pnvcc.CHECK_CACHE: str(root / "declset")})
+        r = subprocess.run([*tool, "-c", str(d / "cuda.cu"), "-o", str(obj), *inc_flag, *kept, *flags],
+                           capture_output=True, text=True, env=env)
         return name, mode, time.perf_counter() - t, r.returncode, r.stderr, obj
 
     items = [(n, d, m, s, rep) for rep in range(a.reps) for n, d, modes in work for m, s in modes.items()]
@@ -271,7 +284,9 @@ def main() -> int:
         if any(rc for _, rc, _, _ in n):
             err = next(e for _, rc, e, _ in n if rc)
             line = next((ln for ln in err.splitlines() if "error" in ln), err.strip()[-80:])
-            print(f"{name[:52]:52} {fm:7.1f} {'failed':>9} {'':>6} {'':>9}  {line[:100]}")
+            what = "refused" if pnvcc.REFUSED in err else "failed"
+            line = line.replace(pnvcc.REFUSED, "").strip()
+            print(f"{name[:52]:52} {fm:7.1f} {what:>9} {'':>6} {'':>9}  {line[:160]}")
             fast_all.append(fm), narrow_all.append(fm + statistics.median(s for s, *_ in n))  # a failed try costs
             continue
         nm = statistics.median(s for s, *_ in n)

@@ -187,7 +187,12 @@ def test_cuda_build_tries_narrow_then_fast_then_stock_and_replays(tmp_path, monk
     monkeypatch.setattr(cpp, "load_inline", fake)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.delenv("KVERIFY_PCH_DIR", raising=False)
-    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")  # opt-in (not proven to build the same thing)
+    monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")  # opt-in (checked by kverify's nvcc)
+    monkeypatch.delenv("PYTORCH_NVCC", raising=False)
+    fake_nvcc = tmp_path / "cuda" / "bin" / "nvcc"  # the narrow build needs kverify's nvcc, which needs nvcc
+    fake_nvcc.parent.mkdir(parents=True)
+    fake_nvcc.write_text("")
+    monkeypatch.setattr(cpp, "CUDA_HOME", str(tmp_path / "cuda"))
     fastbuild.install()
     kw = dict(name="e", cpp_sources="torch::Tensor f(torch::Tensor x);", functions=["f"],
               cuda_sources="torch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }")
@@ -210,11 +215,17 @@ def test_cuda_build_tries_narrow_then_fast_then_stock_and_replays(tmp_path, monk
     with pytest.raises(RuntimeError, match="failed before"):  # a diagnosed failure is not rebuilt
         cpp.load_inline(**bad)
     assert calls == ["narrow", "fast", "stock"]
-    for off in ("0", None):  # off by default
-        if off is None:
+    for off in ("unset", "0", "parallel nvcc off", "no nvcc"):  # off by default, or without kverify's nvcc to check it
+        if off == "unset":
             monkeypatch.delenv("KVERIFY_NARROW_HEADERS")
+        elif off == "0":
+            monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "0")
+        elif off == "parallel nvcc off":
+            monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")
+            monkeypatch.setenv("KVERIFY_PARALLEL_NVCC", "0")
         else:
-            monkeypatch.setenv("KVERIFY_NARROW_HEADERS", off)
+            monkeypatch.delenv("KVERIFY_PARALLEL_NVCC")
+            monkeypatch.setattr(cpp, "CUDA_HOME", None)
         calls.clear(), fail.clear()
         kw["cuda_sources"] += " "
         assert cpp.load_inline(**dict(kw, cuda_sources=kw["cuda_sources"] + "   ")) == "fast" and calls == ["fast"]
@@ -251,8 +262,8 @@ class ModelNew(torch.nn.Module):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_cuda_candidate_builds_narrow_and_passes(tmp_path, monkeypatch):
-    """On a GPU, narrow step on (KVERIFY_NARROW_HEADERS=1): a typical CUDA candidate is built by
-    it and runs correctly."""
+    """On a GPU, narrow step on (KVERIFY_NARROW_HEADERS=1, checked by kverify's nvcc): a typical
+    CUDA candidate is built by it and runs correctly."""
     from kverify.check import check
 
     monkeypatch.setenv("KVERIFY_NARROW_HEADERS", "1")

@@ -5,13 +5,16 @@ content-addressed folder (kverify.build.cache_dir) and KVERIFY_PCH_DIR set to a 
 all candidates. ``install()`` wraps ``torch.utils.cpp_extension.load_inline`` before the candidate
 is imported:
 
-narrow build (CUDA sources only; OFF unless KVERIFY_NARROW_HEADERS=1)
+narrow build (CUDA sources only; opt-in, KVERIFY_NARROW_HEADERS=1; needs the parallel nvcc)
     The CUDA file finds a header made for its own source (kverify._internal.narrow) as both
     ``torch/types.h`` and ``torch/extension.h``: torch's Tensor class, the per-operator headers of
     the operators it calls, and little else. Sources naming torch API it does not serve skip
-    this step; a compile error falls through to the next. 3.5x faster on the CUDA file (local,
-    bench/cu_headers.py), but NOT proven to build the same thing: a subset of torch's declarations
-    can change overload resolution silently (see kverify._internal.narrow), hence opt-in.
+    this step; a compile error falls through to the next. A subset of torch's declarations can
+    change what a source means without an error (kverify._internal.narrow), so kverify's nvcc
+    checks every narrow build against the fast build's headers (kverify._internal.declset) and
+    fails it on any difference for a name the source uses: the fast build runs next. Opt-in
+    while the check is young (one adversarial review so far; its known blind spots are in
+    declset's docstring).
 fast build
     The CUDA sources find kverify's shim ``torch/extension.h`` (``-I``, a host include path; see
     shim/torch/extension.h) instead of the whole C++ frontend, and the generated ``main.cpp`` is
@@ -38,7 +41,7 @@ audit sees a failed build even when the candidate caught the exception and fell 
 A build that failed with a compiler diagnostic is not tried again in later processes (the same
 error is raised at once); one that failed without a diagnostic (a killed compiler) is.
 Set KVERIFY_FAST_BUILD=0 for stock behaviour (the compile benchmark's baseline),
-KVERIFY_NARROW_HEADERS=1 to try the narrow build first.
+KVERIFY_NARROW_HEADERS=1 to try the (checked) narrow build first.
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ import time
 from pathlib import Path
 
 from kverify._internal import narrow
+from kverify._internal import pnvcc as pnvcc_env
 
 SHIM = Path(__file__).resolve().parent / "shim"
 PNVCC = Path(__file__).resolve().parent / "pnvcc.py"
@@ -177,16 +181,38 @@ class _BuildLock:
 
 def _tiers(args: dict, cpp) -> list[tuple[str, dict | None]]:
     """The build modes to try in order, each with its narrow headers (or None): "narrow"
-    (only with KVERIFY_NARROW_HEADERS=1, for CUDA sources that kverify._internal.narrow serves),
+    (with KVERIFY_NARROW_HEADERS=1, for CUDA sources that kverify._internal.narrow serves, when
+    kverify's nvcc runs them: it checks the narrow headers),
     "fast" (the shim torch/extension.h), "stock" (load_inline unchanged)."""
     tiers: list[tuple[str, dict | None]] = [("fast", None), ("stock", None)]
     src = args.get("cuda_sources")
-    if src and os.environ.get("KVERIFY_NARROW_HEADERS") == "1":
+    # the narrow build needs kverify's nvcc (pnvcc), which checks it (KVERIFY_DECLSET_*)
+    if src and os.environ.get("KVERIFY_NARROW_HEADERS") == "1" and _parallel_nvcc(cpp, enabled=True).on:
         text = src if isinstance(src, str) else "\n".join(src)
         files = narrow.narrow_files(text, cpp.include_paths()[0])
         if files is not None:
             tiers.insert(0, ("narrow", files))
     return tiers
+
+
+class _checked_headers:
+    """While a narrow build runs: kverify._internal.pnvcc compares every preprocessing step with
+    the same step on the fast build's headers (kverify._internal.declset) and fails the build
+    when a name the source uses may mean something else (the fast build is tried next)."""
+
+    def __init__(self, include: Path | None):
+        self.include = include
+
+    def __enter__(self):
+        if self.include is not None:
+            cache = os.environ.get("KVERIFY_PCH_DIR") or str(self.include.parent)
+            os.environ.update({pnvcc_env.CHECK_REDUCED: str(self.include), pnvcc_env.CHECK_FULL: str(SHIM),
+                               pnvcc_env.CHECK_CACHE: str(Path(cache) / "declset")})
+        return self
+
+    def __exit__(self, *exc):
+        for k in (pnvcc_env.CHECK_REDUCED, pnvcc_env.CHECK_FULL, pnvcc_env.CHECK_CACHE):
+            os.environ.pop(k, None)
 
 
 class _parallel_nvcc:
@@ -257,6 +283,7 @@ def install() -> None:
             # verbose=False: torch then keeps the compiler's output in the exception (with verbose
             # it goes to stdout and the error says only "Error building extension"); logging only
             call = dict(args, build_directory=str(folder), verbose=False)
+            inc = None
             if not last:
                 inc = narrow.write_shim(folder / "kv_include", files) if mode == "narrow" else SHIM
                 call["extra_cuda_cflags"] = [*(args.get("extra_cuda_cflags") or []), f"-I{inc}"]
@@ -266,7 +293,8 @@ def install() -> None:
             t0 = time.monotonic()
             try:
                 _unversioned(cpp, name)
-                with _BuildLock(folder), _parallel_nvcc(cpp, enabled=not last):
+                with _BuildLock(folder), _parallel_nvcc(cpp, enabled=not last), \
+                        _checked_headers(inc if mode == "narrow" else None):
                     mod = original(**call)
             except Exception as e:
                 if _BUILD_ERROR not in str(e):

@@ -18,23 +18,24 @@ operator header is included gets torch's own overload set, rewritten from the in
 ``c10::`` that this header does not declare. Comments and literals are skipped by a linear
 scanner (_code), so a name in a message is not a use and no input makes the scan slow.
 
-What it does NOT guarantee (found by an adversarial review, reproduced with nvcc; kept opt-in,
-KVERIFY_NARROW_HEADERS=1, for that reason): a subset of torch's declarations can change what a
-source means without a compile error —
+What it does not guarantee by itself (found by an adversarial review, reproduced with nvcc;
+bench/narrow_controls/): a subset of torch's declarations can change what a source means
+without a compile error --
 - an overload defined only in ATen/Functions.h (``at::var(x, int dim)``, ``std``, ``var_mean``,
   ``std_mean``) is missing, so ``torch::var(x, 1)`` binds to ``var(x, bool unbiased)``;
 - argument-dependent lookup can reach c10 functions in headers left out (``c10::load`` from
   c10/util/Load.h beats a user's ``load`` for ``c10::Half*`` in the full set, not here) — device
   code differs;
-- macros of left-out headers (``CHECK``/``LOG`` of c10/util/Logging.h, ``TORCH_VERSION_*`` of
-  torch/version.h — the fast build lacks that one too) change ``#ifdef`` branches;
+- macros of left-out headers (``CHECK``/``LOG`` of c10/util/Logging.h) change ``#ifdef`` branches;
 - a user function colliding with a left-out declaration (``numel``) is ambiguous in the full set
-  (stock fails to build) but compiles here.
-Only a declaration index of the full header set (every declaration of every name the source
-uses) or an object comparison against the full build would make it sound. Sources calling
-``Tensor::type()`` are refused (their AT_DISPATCH needs a conversion only the full set declares).
-The build falls back to the full headers on any compile error (kverify._internal.fastbuild).
-Device-code flags are untouched.
+  but compiles here.
+Hence every narrow build is checked against the fast build's headers while it compiles
+(kverify._internal.declset, run by kverify._internal.pnvcc on each preprocessing step: the
+source's own code must preprocess to the same tokens, and every name it uses must have the same
+declarations where its lookups can reach); a difference fails the narrow build and the fast
+build runs. Both controls are refused that way, naming ``load`` and ``std``/``var``
+(tests/test_declset.py). Sources calling ``Tensor::type()`` are refused here already (their
+AT_DISPATCH needs a conversion only the full set declares). Device-code flags are untouched.
 """
 from __future__ import annotations
 

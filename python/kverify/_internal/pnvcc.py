@@ -38,7 +38,20 @@ import sys
 import tempfile
 import threading
 
+if __package__:
+    from kverify._internal import declset
+else:  # run as a script (torch's ninja file): the sibling module, without importing kverify
+    import declset
+
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$")
+#: set by kverify's narrow build (kverify._internal.fastbuild): the folder of the reduced headers
+#: passed with -I, the folder of the reference headers to check them against, and where header
+#: indexes are kept. With the first set, every preprocessing step is also run with the reference
+#: folder in its place and the two compared (kverify._internal.declset) before the object is
+#: made; a difference, or anything that keeps the check from running, fails the build.
+CHECK_REDUCED, CHECK_FULL, CHECK_CACHE = "KVERIFY_DECLSET_REDUCED", "KVERIFY_DECLSET_FULL", "KVERIFY_DECLSET_CACHE"
+#: the first line of a refusal (fastbuild reports it as the narrow build's error)
+REFUSED = "kverify: error: narrow headers refused:"
 _MODULE_ID = re.compile(r'--module_id_file_name\s+("[^"]*"|\S+)')
 
 
@@ -186,6 +199,52 @@ def write_depfile(path: str, obj: str, src: str, preprocessed: list[str | None])
         f.write(f"{esc(obj)}: " + " \\\n  ".join(esc(x) for x in files) + "\n")
 
 
+def reference_step(cmd: str, reduced: str, full: str) -> tuple[str, str, str] | None:
+    """(the preprocessing command ``cmd`` with ``-I<reduced>`` replaced by ``-I<full>`` and its
+    output renamed, that output, the source it preprocesses), or None when ``cmd`` has no
+    ``-I<reduced>``, no ``-o`` or no .cu source."""
+    try:
+        w = shlex.split(cmd)
+    except ValueError:
+        return None
+    out = _output(cmd)
+    src = next((a for a in w if a.endswith(".cu")), None)
+    if f"-I{reduced}" not in w or not out or not src:
+        return None
+    ref_out = out + ".kvfull.ii"
+    w = [f"-I{full}" if a == f"-I{reduced}" else a for a in w]
+    w[w.index("-o") + 1] = ref_out
+    return shlex.join(w), ref_out, src
+
+
+def check_headers(steps: list[str], env: dict, reduced: str, full: str, cache: str | None) -> list[str]:
+    """Reasons the reduced headers may change the source's meaning, from every preprocessing
+    step in ``steps`` (already run: their outputs exist) and its reference step (run here, at
+    once); [] when none. Anything that keeps a step from being checked is a reason too."""
+    plans = [(c, reference_step(c, reduced, full)) for c in steps]
+    if not plans or any(r is None for _, r in plans):
+        return [f"a preprocessing step without -I{reduced}: not checked"]
+    results: list = [None] * len(plans)
+
+    def run(k: int) -> None:
+        results[k] = subprocess.run(["/bin/sh", "-c", plans[k][1][0]], env=env, capture_output=True, text=True)
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(plans))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reasons: list[str] = []
+    for (cmd, (_, ref_out, src)), p in zip(plans, results):
+        if p is None or p.returncode != 0:
+            return [f"the reference preprocessing failed: {(p.stderr if p else '').strip()[-300:]}"]
+        with open(_output(cmd), errors="replace") as f:
+            reduced_text = f.read()
+        with open(ref_out, errors="replace") as f:
+            full_text = f.read()
+        reasons += [r for r in declset.compare(full_text, reduced_text, src, cache) if r not in reasons]
+    return reasons
+
+
 def _trace(what: str) -> None:
     """Append how the call was built ("lanes", "lanes, device lane again", "nvcc: why") to the
     file named by KVERIFY_PNVCC_TRACE, if any (tests)."""
@@ -198,8 +257,13 @@ def _trace(what: str) -> None:
 def main(argv: list[str]) -> int:
     nvcc = os.environ.get("KVERIFY_REAL_NVCC") or "nvcc"
 
+    reduced, full = os.environ.get(CHECK_REDUCED), os.environ.get(CHECK_FULL)
+
     def real(why: str) -> int:
         _trace(f"nvcc: {why}")
+        if reduced:  # the narrow build is only made with its check
+            sys.stderr.write(f"{REFUSED} not checked ({why})\n")
+            return 1
         return subprocess.call([nvcc, *argv])
     if argv.count("-c") != 1 or sum(a.endswith(".cu") for a in argv) != 1 or {"-dryrun", "--dryrun"} & set(argv):
         return real("not one -c of one .cu")
@@ -228,6 +292,13 @@ def main(argv: list[str]) -> int:
         lane.join()
         if not (h_ok and done.get("ok")):
             return real("a step failed")  # nvcc's own diagnostics and exit status
+        if reduced:
+            steps = [c for c in host + device if " -E " in f" {c} " and _tool(c) not in ("cudafe++", "cicc")]
+            why = check_headers(steps, env, reduced, full or "", os.environ.get(CHECK_CACHE))
+            _trace("checked: " + ("; ".join(why) if why else "same"))
+            if why:
+                sys.stderr.write(f"{REFUSED} " + " | ".join(why) + "\n")
+                return 1
         theirs = open(_module_id_file(host[-1])).read()
         if any(open(_module_id_file(c)).read() != theirs for c in device if _tool(c) == "cicc"):
             d_out = []  # the device lane again, as nvcc runs it: with cudafe++'s module id
