@@ -2,6 +2,8 @@
 with which kernel filters, and how an unfinished or failing tool becomes the gate's verdict (the
 sanitizers themselves run only on a GPU: tests/test_gpu.py and `kverify controls --device cuda`)."""
 import json
+import os
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -211,6 +213,19 @@ def test_every_cuda_control_has_kernels_of_its_own():
     assert "kns=1k" in g11.kernel_filters(race)  # its kernel is `k`: matched as the name, not any "k"
 
 
+RACE = "========= Error: Race reported between Write access at k+0x10"
+
+
+def _exit_lines_name_nothing_but_a_race_counts(text: str) -> str:
+    """parse_sanitizer finds nothing in ``text`` (process-exit lines and their ERROR SUMMARY), and
+    exactly the race once a race line is added to it and to its count; returns that output."""
+    assert g11.parse_sanitizer(text) == (0, "")
+    n = int(re.search(r"ERROR SUMMARY: (\d+)", text).group(1))
+    race = RACE + "\n" + re.sub(r"ERROR SUMMARY: \d+ errors?", f"ERROR SUMMARY: {n + 1} errors", text)
+    assert g11.parse_sanitizer(race) == (1, RACE)
+    return race
+
+
 def test_the_exit_status_of_a_finished_worker_is_not_a_finding(monkeypatch, tmp_path):
     """compute-sanitizer reports a followed process that ended with a non-zero status as an error
     (racecheck did so on the H200, stop 14, for a worker that had finished its job): with the
@@ -219,9 +234,7 @@ def test_the_exit_status_of_a_finished_worker_is_not_a_finding(monkeypatch, tmp_
     text = ("========= Error: process didn't terminate successfully\n"
             "=========     The application may have hit an error when dereferencing Unified Memory from the host.\n"
             "========= ERROR SUMMARY: 1 error\n")
-    assert g11.parse_sanitizer(text) == (0, "")
-    race = "========= Error: Race reported between Write access at k+0x10\n" + text.replace("1 error", "2 errors")
-    assert g11.parse_sanitizer(race) == (1, "========= Error: Race reported between Write access at k+0x10")
+    _exit_lines_name_nothing_but_a_race_counts(text)
     log = _log(tmp_path, "exit.log", text)
     s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("ok", result={}, log=log))
     assert all(t["errors"] == 0 and "terminate" in t["process_exit"] for t in s["tools"])
@@ -229,6 +242,45 @@ def test_the_exit_status_of_a_finished_worker_is_not_a_finding(monkeypatch, tmp_
     s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("crash", detail="exit code 1", log=log))
     r = _verdict(s)  # ended during the call, no finding: not established
     assert r["verdict"] == "ERROR" and "exit code 1" in json.dumps(s), r["summary"]
+
+
+def test_a_worker_that_ended_under_racecheck_with_no_finding_is_not_a_finding(monkeypatch, tmp_path):
+    """A followed process that ends with a status gets two errors from compute-sanitizer, both
+    counted in its ERROR SUMMARY: "process didn't terminate successfully" and "Target application
+    returned an error". Counting the second made 23 H200 audit rows (stop 20) FAIL G11 on a
+    racecheck run whose worker ended during the call ("exited with code 6") with no finding line,
+    while memcheck and synccheck of the same kernels were clean: not established, not FAIL. The
+    end of the tool's output is kept in the record, since nothing was named."""
+    text = ("========= COMPUTE-SANITIZER\n"
+            "========= Error: process didn't terminate successfully\n"
+            "========= Target application returned an error\n"
+            "========= ERROR SUMMARY: 2 errors\n")
+    race = _exit_lines_name_nothing_but_a_race_counts(text)
+    log = _log(tmp_path, "code6.log", text)
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: (Outcome("crash", detail="exited with code 6 during the call", log=log)
+                                                              if tool == "racecheck" else Outcome("ok", result={}, log=log)))
+    race_rec = next(t for t in s["tools"] if t["tool"] == "racecheck")
+    assert race_rec["errors"] == 0 and "code 6" in race_rec["unfinished"], race_rec
+    assert "Target application returned an error" in race_rec["log_tail"]
+    r = _verdict(s)
+    assert r["verdict"] == "ERROR", r["summary"]
+    found = _log(tmp_path, "race.log", race)
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("crash", detail="exited with code 6", log=found))
+    assert _verdict(s)["verdict"] == "FAIL"
+
+
+def test_hardware_exceptions_are_named_and_only_the_tools_exit_lines_are_taken_out():
+    """memcheck's hardware-exception reports are findings by name, so a summary that counts them
+    and not the process-exit lines cannot be emptied by taking those out; an exit phrase printed by
+    the candidate itself (no tool prefix) is not taken out of the count."""
+    hw = ("========= COMPUTE-SANITIZER\n========= Warp Illegal Address\n=========     at k+0x30\n"
+          "========= Warp Misaligned Address\n=========     at k+0x50\n"
+          "========= Error: process didn't terminate successfully\n========= Target application returned an error\n"
+          "========= ERROR SUMMARY: 2 errors\n")
+    assert g11.parse_sanitizer(hw) == (2, "========= Warp Illegal Address")
+    printed = ("========= COMPUTE-SANITIZER\nTarget application returned an error\n"
+               "========= ERROR SUMMARY: 1 error\n")
+    assert g11.parse_sanitizer(printed) == (1, "")
 
 
 def test_a_sanitizer_run_cut_by_the_checks_budget_is_unfinished_unless_it_found_something(monkeypatch, tmp_path):
@@ -257,3 +309,31 @@ def test_racecheck_output_and_a_cut_guard_job(monkeypatch, tmp_path):
         ctx = SimpleNamespace(background_result=lambda gate, start, t=tools: {"tools": t})
         r = g11.judge_cut(ctx, "the check's time budget (3 s) was spent")
         assert (r or {}).get("verdict") == verdict, r
+
+
+def test_a_sanitizer_run_can_be_confined_to_a_few_cpus(monkeypatch):
+    """KVERIFY_SANITIZER_CPUS=N (the audit: 2) puts each tool on N of the allowed CPUs, the same
+    N for the same tool in one process (a prestarted worker is matched by its wrapper); the tool
+    and the worker it starts inherit the set (checked here on a real child)."""
+    import subprocess
+    import sys
+
+    from kverify.check import check
+    from kverify.errors import UsageError
+
+    monkeypatch.delenv(g11.CPUS_ENV, raising=False)
+    assert g11.cpu_cap("racecheck") == []
+    monkeypatch.setenv(g11.CPUS_ENV, "1")
+    prefix = g11.cpu_cap("racecheck")
+    assert prefix and prefix == g11.cpu_cap("racecheck")
+    assert g11._sanitized_worker("racecheck", "cs", CUDA_SRC)["wrapper"][:len(prefix) + 3] == [*prefix, "cs", "--tool", "racecheck"]
+    out = subprocess.run([*prefix, sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"
+    monkeypatch.setenv(g11.CPUS_ENV, str(len(os.sched_getaffinity(0))))  # all of them: no prefix
+    assert g11.cpu_cap("racecheck") == []
+    monkeypatch.setenv(g11.CPUS_ENV, "two")
+    with pytest.raises(ValueError, match="KVERIFY_SANITIZER_CPUS must be a whole number"):
+        g11.cpu_cap("racecheck")
+    with pytest.raises(UsageError, match="KVERIFY_SANITIZER_CPUS"):  # before any worker starts
+        check("x", "r.py", "y", "c.py", device="cpu")

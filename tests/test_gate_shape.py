@@ -204,6 +204,18 @@ def test_the_audit_report_counts_where_the_small_shape_gates_ran():
     # and by which judging rules (meta.rules; rows from before kverify recorded them counted apart)
     assert rep["rules"] == {"before 2026-11-30": 5}
     assert "before 2026-11-30: 5 row(s)" in markdown(rep)
+    # rows all judged by one set of rules other than this kverify's are named too (stop 20: the
+    # G11 fix made every journalled row's rules older, and the report said nothing)
+    from kverify.check import RULES
+
+    for k in ks:
+        k["report"] = json.dumps({"meta": {"rules": "2026-11-30"}})
+    rep = build(ks)
+    assert rep["current_rules"] == RULES != "2026-11-30"
+    assert f"this kverify's are {RULES}" in markdown(rep) and "2026-11-30: 5 row(s)" in markdown(rep)
+    for k in ks:
+        k["report"] = json.dumps({"meta": {"rules": RULES}})
+    assert "Judging rules" not in markdown(build(ks))
 
 
 @pytest.mark.parametrize("op,verdict", [("argmax", "PASS"), ("argmin", "FAIL")])

@@ -119,6 +119,7 @@ def build(kernels: list[dict]) -> dict:
                        for k in kernels if k["class"] in NOT_JUDGED)
     shapes = Counter(_gate_shape(k) for k in kernels if k.get("report"))
     rules = Counter(_rules(k) for k in kernels if k.get("report"))
+    from kverify.check import RULES  # this kverify's rules (the check module loads torch: not at import)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
             "tolerance_free": tf,
             "confusion": [{"standard": s, "gates": g, "count": c} for (s, g), c in sorted(confusion.items())],
@@ -133,7 +134,7 @@ def build(kernels: list[dict]) -> dict:
             "compile_errors_caught": sum(CAUGHT_MARK in (k["reason"] or "") for k in kernels
                                          if k["class"] == "COMPILE_ERROR"),
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
-            "rules": dict(sorted(rules.items())), "failure_sample": sample}
+            "rules": dict(sorted(rules.items())), "current_rules": RULES, "failure_sample": sample}
 
 
 #: the rules of rows judged before reports carried meta.rules
@@ -217,9 +218,12 @@ def markdown(rep: dict) -> str:
                  "(ERROR): " + ", ".join(f"{g} {n}" for g, n in rep["cut_by_row_budget"].items())
                  + "; rows no gate failed are UNJUDGED (row budget spent); `kverify audit --redo-budget` "
                  "in a longer run judges them fully.")
-    if len(rep.get("rules", {})) > 1 or UNRECORDED_RULES in rep.get("rules", {}):
-        L.append("\nJudging rules (`meta.rules`; rows judged by older rules may differ if checked again: "
-                 "`kverify audit --redo ID,...`): " + "; ".join(f"{k}: {n} row(s)" for k, n in rep["rules"].items()) + ".")
+    current = rep.get("current_rules")  # absent from reports written before stop 20
+    if (set(rep.get("rules", {})) - {current} if current else
+            len(rep.get("rules", {})) > 1 or UNRECORDED_RULES in rep.get("rules", {})):  # rows judged by other rules
+        L.append("\nJudging rules (`meta.rules`; " + (f"this kverify's are {current}; " if current else "")
+                 + "rows judged by older rules may differ if checked again: `kverify audit --redo ID,...`): "
+                 + "; ".join(f"{k}: {n} row(s)" for k, n in rep["rules"].items()) + ".")
     if rep.get("gate_shapes"):
         L.append("\nShape of the small-shape gates (G05's base, G09, G10, G11; `meta.gate_shape`): "
                  + "; ".join(f"{k}: {n} row(s)" for k, n in rep["gate_shapes"].items()) + ".")

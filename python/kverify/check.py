@@ -147,6 +147,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
     try:  # the workers apply it; so does this process when it has no CUDA context yet
         if cuda_schedule.validate() and device == "cuda" and not torch.cuda.is_initialized():
             cuda_schedule.apply()
+        GATES["G11"].cpu_cap("")  # KVERIFY_SANITIZER_CPUS, checked before any worker starts
     except ValueError as e:
         raise UsageError(str(e)) from None
     kw = dict(reference_source=reference_source, reference_path=reference_path,
@@ -194,7 +195,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-11-30"
+RULES = "2026-12-01"  # 2026-12-01: G11 no longer counts "Target application returned an error"
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (a reference run per input and parameter, outputs compared bit by bit), G10

@@ -26,6 +26,8 @@ Reads of never-written memory
 that reach the output are G08's (fresh-output: sentinel-filled memory). KVERIFY_SANITIZE_ALL=1
 runs all four tools on every kernel (the behaviour before stop 13), initcheck included.
 Without a GPU or sanitizer that part is N/A with the reason; the guard bands still run.
+KVERIFY_SANITIZER_CPUS=N confines each sanitizer run to N CPUs (cpu_cap; an audit sets 2): where
+the tool's time goes, not what it finds.
 Catches: out-of-bounds reads past the last tile, writes past the end of an output or input,
 missing __syncthreads (racecheck), misuse of barriers (synccheck).
 Controls: controls/g11_*.
@@ -35,7 +37,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -142,11 +146,48 @@ def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
     kernel_filters (compute-sanitizer user manual, "Specifying Filters": the option may be
     repeated and a kernel matching any filter is checked; kns = a substring of the mangled name,
     kne = the whole mangled name)."""
-    wrapper = [exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all", "--report-api-errors", "no"]
+    wrapper = [*cpu_cap(tool), exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all",
+               "--report-api-errors", "no"]
     if tool in OWN_KERNELS_ONLY and not _sanitize_all() and kernel_scope(source) is not None:
         for f in kernel_filters(source):
             wrapper += ["--kernel-name", f]
     return {"tag": f"G11-{tool}", "env": SANITIZED_ENV, "wrapper": wrapper}
+
+
+#: CPUs each sanitizer run may use (all when unset or 0). The audit sets it (kverify.audit._task):
+#: racecheck's own analysis runs on many threads, and on the H200 audit (stop 20) two rows' racecheck
+#: runs took ~12 of 16 cores for 240 s each until the row budget ended them, a third of the CPU of
+#: that call, while the other checks and the compilers waited. Confined, such a run still ends at
+#: the budget (not established); a run that finishes finds the same hazards, only later.
+CPUS_ENV = "KVERIFY_SANITIZER_CPUS"
+#: runs the rest of its command line confined to the CPUs named in its first argument (comma
+#: separated), with an exec: the tool and the worker it starts inherit the set
+_AFFINITY = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
+             "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def cpu_cap(tool: str) -> list[str]:
+    """The command prefix that confines one sanitizer run to $KVERIFY_SANITIZER_CPUS of this
+    process's CPUs ([] when unset, 0, at least as many as there are, or where Python cannot set an
+    affinity). Which CPUs: a window of the allowed ones that starts where a hash of this process
+    and ``tool`` says, so that the tools of one check and the checks of an audit spread over the
+    machine, and the same call gives the same prefix (a prestarted worker is only used by a run
+    with the same wrapper). Raises ValueError for a value that is not a whole number."""
+    raw = os.environ.get(CPUS_ENV, "").strip()
+    if not raw:
+        return []
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{CPUS_ENV} must be a whole number of CPUs, got {raw!r}") from None
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    allowed = sorted(os.sched_getaffinity(0))
+    if n <= 0 or n >= len(allowed):
+        return []
+    start = zlib.crc32(f"{os.getpid()}:{tool}".encode()) % len(allowed)
+    cpus = [allowed[(start + k) % len(allowed)] for k in range(n)]
+    return [sys.executable, "-c", _AFFINITY, ",".join(map(str, cpus))]
 
 
 def prestart(sandbox, device: str) -> None:
@@ -186,7 +227,7 @@ def start(ctx: Context):
         seconds = round(time.monotonic() - t, 1)
         text = Path(o.log).read_text(errors="replace") if o.log else ""
         errors, first = parse_sanitizer(text)
-        exits = [ln.strip() for ln in text.splitlines() if _EXIT in ln]
+        exits = [ln.strip() for ln in text.splitlines() if _is_exit(ln)]
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b, "seconds": seconds}
         if tool in OWN_KERNELS_ONLY and not _sanitize_all():
             rec["kernels"] = kernels if kernels is not None else "every kernel (own kernels not known for sure)"
@@ -209,6 +250,8 @@ def start(ctx: Context):
             rec.update(errors=max(errors, 1), first="compute-sanitizer printed no summary: " + text[-160:])
         elif errors and not first:  # counted but no finding line: show the log's end
             rec.update(first="(no finding line) " + text.strip()[-160:])
+        if text and not first and (errors or o.status != "ok"):  # nothing named: keep what the tool said last
+            rec["log_tail"] = text.strip()[-1000:]
         if exits and o.status == "ok":  # the worker finished its job and said so: not a kernel's fault
             rec["process_exit"] = exits[0][:200]
         return rec
@@ -224,27 +267,42 @@ def start(ctx: Context):
 #: every tensor its own cudaMalloc of its exact size: a read past the end of a tensor is then a read
 #: past the end of an allocation, which memcheck sees (inside a caching-allocator block it cannot)
 SANITIZED_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-#: a finding's first line (its detail lines are indented further)
-_FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|Warning: Race)")
+#: a finding's first line (its detail lines are indented further): memory access errors, races,
+#: barrier misuse, and memcheck's reports of hardware exceptions (compute-sanitizer user manual,
+#: memcheck "Hardware exception" errors: warp or lane illegal/misaligned/out-of-range addresses,
+#: illegal instructions, stack overflows), named so that a count of them is never taken for the
+#: process-exit lines the count may include
+_FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|Warning: Race|Warp |Lane |Illegal |"
+                      r"Misaligned |Out-of-range |Hardware )")
 
 
-#: compute-sanitizer's error for a target process (any process it follows) that ended with a
-#: non-zero status: a finding of the process, not of a kernel. Not counted by parse_sanitizer; a
-#: worker that did not finish its job is a failure of the run itself (start's status check)
-_EXIT = "process didn't terminate successfully"
+#: compute-sanitizer's errors for a target process (any process it follows) that ended with a
+#: non-zero status (its --check-exit-code, on by default): a finding of the process, not of a
+#: kernel. Not counted by parse_sanitizer; a worker that did not finish its job is a failure of the
+#: run itself (start's status check). A process that ends with a status prints both lines and both
+#: count in ERROR SUMMARY: with the second one counted, racecheck runs whose worker ended during the
+#: call ("exited with code 6", no finding line; memcheck and synccheck clean) were FAIL on 23 H200
+#: audit rows (stop 20) instead of not established
+_EXITS = ("process didn't terminate successfully", "Target application returned an error")
+
+
+def _is_exit(line: str) -> bool:
+    """Is ``line`` one of compute-sanitizer's process-exit errors (_EXITS), as the tool prints
+    them (its prefix; the worker's own output shares the log)?"""
+    return line.startswith("========= ") and any(e in line for e in _EXITS)
 
 
 def parse_sanitizer(text: str) -> tuple[int, str]:
     """(errors, first finding) from compute-sanitizer output: the largest of "ERROR SUMMARY: N
     errors", racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (E) and the
-    number of finding lines; the first finding line. Process-exit errors (_EXIT) are taken out of
+    number of finding lines; the first finding line. Process-exit errors (_EXITS) are taken out of
     the ERROR SUMMARY count and the finding lines (racecheck's summary counts hazards alone): on
     the H200 (stop 14) racecheck reported one for a row whose worker had finished its job and whose
     other tools were clean."""
-    exits = sum(_EXIT in ln for ln in text.splitlines())
+    exits = sum(_is_exit(ln) for ln in text.splitlines())
     counts = [int(m) - exits for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
     counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]  # hazards only
-    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln) and _EXIT not in ln]
+    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln) and not _is_exit(ln)]
     return max([0, len(findings), *counts]), (findings[0] if findings else "")
 
 
