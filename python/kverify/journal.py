@@ -4,6 +4,11 @@ it only when asked (Journal.forget, ``kverify audit --redo``), into its ``forgot
 One row per kernel (`kernels`) and one per (kernel, gate) (`gates`), written in one transaction
 when the kernel's check ends, so a kill at any moment loses at most the kernel in flight and a
 restart neither loses nor duplicates a record (the kernel id is the primary key).
+
+A kernel's report is stored once: ``kernels.report`` holds it without the gates' evidence, which
+is in ``gates.evidence`` (the evidence is most of a report's size: G05's per-variant records
+above all); Journal.report puts the two together again. Journals written before this split keep
+the evidence in both places and read the same.
 """
 from __future__ import annotations
 
@@ -116,7 +121,7 @@ class Journal:
             self.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                             (row["id"], row.get("source_repo"), row.get("level"), row.get("problem_name"),
                              row.get("problem_version"), row.get("backend"), h.get("gpu"), klass, std, reason,
-                             seconds, json.dumps(report) if report else None))
+                             seconds, json.dumps(stored_report(report)) if report else None))
             for g in (report or {}).get("gates", []):
                 self.db.execute("INSERT INTO gates VALUES (?,?,?,?,?,?,?)",
                                 (row["id"], g["gate"], g["verdict"], g["summary"], g.get("bound_ratio", 0.0),
@@ -125,6 +130,21 @@ class Journal:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+
+    def report(self, kernel_id: str) -> dict | None:
+        """The full report journalled for ``kernel_id`` (kernels.report with each gate's evidence
+        from the gates table), or None when the row has none (COMPILE_ERROR, UNJUDGED without a
+        check) or is not in the journal."""
+        got = self.db.execute("SELECT report FROM kernels WHERE id = ?", (kernel_id,)).fetchone()
+        if not got or not got[0]:
+            return None
+        report = json.loads(got[0])
+        evidence = {g: json.loads(ev or "{}") for g, ev in
+                    self.db.execute("SELECT gate, evidence FROM gates WHERE kernel_id = ?", (kernel_id,))}
+        for g in report.get("gates", []):
+            if g["gate"] in evidence:
+                g["evidence"] = evidence[g["gate"]]
+        return report
 
     def faults(self) -> list[str]:
         """Ids of rows journalled UNJUDGED because kverify itself failed on them (not the row)."""
@@ -157,15 +177,17 @@ class Journal:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
         one transaction; their kernel records are kept in the ``forgotten`` table with ``why``. The
         journal is otherwise append-only: this runs only when asked (``kverify audit --redo``).
+        A forgotten record keeps the whole report (Journal.report: with the gates' evidence).
         Raises UsageError naming the ids that are not in the journal (nothing is changed then)."""
         missing = sorted(set(ids) - self.done())
         if missing:
             raise UsageError(f"{self.path}: no journalled row has the id(s) {', '.join(missing)}")
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            for i in ids:
-                self.db.execute("INSERT INTO forgotten SELECT id, class, reason, report, ?, ? FROM kernels WHERE id = ?",
-                                (why, time.time(), i))
+            for i in ids:  # the whole report, its gates' evidence included (their records go now)
+                full = self.report(i)
+                self.db.execute("INSERT INTO forgotten SELECT id, class, reason, ?, ?, ? FROM kernels WHERE id = ?",
+                                (json.dumps(full) if full else None, why, time.time(), i))
                 self.db.execute("DELETE FROM gates WHERE kernel_id = ?", (i,))
                 self.db.execute("DELETE FROM kernels WHERE id = ?", (i,))
             self.db.execute("COMMIT")
@@ -186,6 +208,12 @@ class Journal:
 
     def close(self) -> None:
         self.db.close()
+
+
+def stored_report(report: dict) -> dict:
+    """What ``kernels.report`` keeps of a check's report: all of it but each gate's "evidence"
+    (stored in ``gates.evidence``; Journal.report joins them again)."""
+    return {**report, "gates": [{k: v for k, v in g.items() if k != "evidence"} for g in report.get("gates", [])]}
 
 
 def merge(out: str | Path, inputs: list[str | Path], stats: dict | None = None) -> int:
