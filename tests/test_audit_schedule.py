@@ -130,9 +130,33 @@ def test_out_of_memory_rows_run_again_alone_and_every_row_is_recorded_once(monke
     if jobs > 1 or compile_jobs:
         assert {x[3] for x in alone} == {"r0", "r1", "r5", "r29"}  # each re-run once, serially
         assert not overlaps(w.trace, set())
-        # not held back to the end: some row finishes after the first alone run starts
-        assert any(t > alone[0][0] and ev == "end" and not serial for t, ev, kind, rid, gpu, serial in w.trace
-                   if kind == "check")
+        shared_starts = [t for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and ev == "start" and not serial]
+        if gpus and len(gpus) > 1:
+            # not held back to the end: some row finishes after the first alone run starts
+            assert any(t > alone[0][0] and ev == "end" and not serial for t, ev, kind, rid, gpu, serial in w.trace
+                       if kind == "check")
+        else:  # one GPU for all: emptying it would stop every check, so they run once no other row waits
+            assert max(shared_starts) <= alone[0][0]
+
+
+@pytest.mark.parametrize("gpus", [["0"], None])
+def test_on_one_gpu_rows_that_need_it_alone_wait_until_no_other_row_does(monkeypatch, gpus):
+    """On one GPU a row booked for the whole GPU (or re-run alone) would stop every other check
+    while the GPU empties for it (H200, stop 20: the CPUs idled for minutes): such rows wait
+    until no other row is left to build or check, then run one at a time; every row is recorded."""
+    big = {2, 9, 17}
+    w = run(monkeypatch, 30, gpus, 6, 4, 8, big=big, oom={4, 20})
+    big_ids = {f"r{i}" for i in big}
+    checks = [x for x in w.trace if x[2] == "check"]
+    if gpus:  # with no GPU list nothing is booked (no memory reading per GPU): the re-runs alone still wait
+        first_big = min(t for t, ev, kind, rid, *_ in checks if ev == "start" and rid in big_ids)
+        small = [t for t, ev, kind, rid, gpu, serial in checks if ev == "start" and rid not in big_ids and not serial]
+        assert max(small) <= first_big
+        assert not overlaps(checks, big_ids)
+    first_alone = min(t for t, ev, kind, rid, gpu, serial in checks if ev == "start" and serial)
+    assert all(t <= first_alone for t, ev, kind, rid, gpu, serial in checks if ev == "start" and not serial
+               and rid not in big_ids)
+    assert not overlaps(checks, set())
 
 
 def test_rows_too_big_to_share_get_whole_gpus_in_parallel_and_run_normally(monkeypatch):
@@ -149,3 +173,15 @@ def test_rows_too_big_to_share_get_whole_gpus_in_parallel_and_run_normally(monke
             (live.add if ev == "start" else live.discard)(rid)
             most = max(most, len(live))
     assert most >= 2
+
+
+@pytest.mark.parametrize("n,jobs,compile_jobs,big", [
+    (20, 8, 10, set(range(20))),  # device_audit.sh's defaults, every row booked whole (a --redo of big rows)
+    (20, 1, 1, {2, 3}),
+    (100, 4, 2, {5, 17, 30, 41, 55, 63, 70, 88})])
+def test_rows_waiting_for_the_others_do_not_hold_the_builds_back(monkeypatch, n, jobs, compile_jobs, big):
+    """Builds run at most 2 x jobs rows ahead of the checks; rows booked for a whole GPU that wait
+    for the others (one GPU) must not count, or 2 x jobs of them stop the builds the others wait
+    for and nothing runs again (review of stop 20: the fake clock ran out, 0 running)."""
+    w = run(monkeypatch, n, ["0"], jobs, compile_jobs, 8, big=big)
+    assert not overlaps([x for x in w.trace if x[2] == "check"], {f"r{i}" for i in big})

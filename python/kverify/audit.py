@@ -306,6 +306,10 @@ def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: f
     return f"{klass:<13} {seconds:7.1f}s {row.get('id')}  {what}"
 
 
+#: CPUs per compute-sanitizer run in an audit (KVERIFY_SANITIZER_CPUS, when not set already)
+SANITIZER_CPUS = 2
+
+
 def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None,
           serial: bool = False) -> None:
     """Body of one stage of one row in its own process: writes the result to ``out`` (JSON).
@@ -332,6 +336,9 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     # core each by default) would oversubscribe the cores many times over (opts["threads"])
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(opts.get("threads", 1)))
+    # and each compute-sanitizer run (G11) on at most SANITIZER_CPUS cores: racecheck's analysis
+    # threads took most of the machine for minutes on a few rows (kverify.gates.g11_memory_safety.CPUS_ENV)
+    os.environ.setdefault("KVERIFY_SANITIZER_CPUS", str(SANITIZER_CPUS))
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
     stacks = os.environ.get(STACK_ENV)
@@ -483,8 +490,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     UNJUDGED with the exit status. A check that ran out of GPU memory while other rows shared the
     GPU is not recorded but run again alone and serial (one worker at a time, see _task) as soon as
     a GPU is empty: one GPU (an idle one, else the one with the fewest processes) takes no new
-    process until it is, then runs such rows one after another while the others go on (with no
-    GPU list, or one GPU, everything waits for it);
+    process until it is, then runs such rows one after another while the others go on; with one
+    GPU (or no GPU list), where emptying it would stop every check, such rows and rows booked for
+    a whole GPU wait until no other row is left to build or check, then run one at a time;
     only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
     check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
     row's input and parameter bytes as measured by its build, a whole GPU when that is over
@@ -541,12 +549,32 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
             return need
         total = min(t for _, t in mem_at[1].values())
         return total if need > EXCLUSIVE_SHARE * total else need
+    # one GPU for all (or no GPU list: every process sees every GPU): emptying it for one row stops
+    # every other check, and the CPUs wait with it (H200, stop 20: one row out of memory left 16
+    # cores at load 2-5 for the last 3 minutes of a 5-minute call). There, rows that need the GPU
+    # to themselves (re-runs alone, rows booked for a whole GPU) wait until no other row is left to
+    # build or to check (_later); on several GPUs one GPU is emptied for them as the others go on.
+    one_gpu = not gpus or len(gpus) == 1
+
+    def whole(row: dict) -> bool:
+        """Is ``row`` booked for a whole GPU (booked())?"""
+        mem = mem_at[1]
+        return bool(mem) and need_of.get(row["id"], 0) >= min(t for _, t in mem.values())
+
+    def _later(row: dict | None = None) -> bool:
+        """On one GPU: does a row that needs the GPU to itself (``row``, booked whole; None: a
+        re-run alone) wait, because other rows are still to be built or checked?"""
+        if not one_gpu:
+            return False
+        if waiting["build"] or any(r[1] == "build" for r in running.values()):
+            return True
+        return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
     try:
         while any(waiting.values()) or running:
             alone_running = any(r[1] == "alone" for r in running.values())
             if drain[0] is not None and not waiting["alone"] and not alone_running:
                 drain[0] = None  # no row left to run alone: the GPU takes others again
-            if waiting["alone"] and not alone_running:  # reserve a GPU to empty for them
+            if waiting["alone"] and not alone_running and not (drain[0] is None and _later()):  # reserve a GPU to empty for them
                 if not gpus:
                     drain[0] = "*"  # every process sees every GPU: all must empty
                 else:  # an idle one if any (also when another was reserved), else the least busy
@@ -557,25 +585,29 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                         drain[0] = pick_gpu(gpus, [r[4] for r in running.values()])
             for stage in ("alone", "check", "build"):
                 if stage == "alone":  # on the reserved GPU once nothing else runs there
-                    if not waiting["alone"] or any(r[1] == "alone" for r in running.values()) or any(
+                    if not waiting["alone"] or drain[0] is None or any(r[1] == "alone" for r in running.values()) or any(
                             drain[0] in ("*", r[4]) for r in running.values()):
                         continue
                 while waiting[stage] and sum(r[1] == stage for r in running.values()) < limit[stage]:
-                    if stage == "build" and len(waiting["check"]) + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
-                        break  # far enough ahead of the checks
+                    # far enough ahead of the checks (not counting rows that wait for the others to
+                    # be done, _later: holding builds back for them would leave nothing to run)
+                    ahead = sum(not (one_gpu and whole(r)) for r in waiting["check"])
+                    if stage == "build" and ahead + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
+                        break
                     kind = "check" if stage == "alone" else stage
                     q = waiting[stage]
                     if stage == "alone":
                         i, need, gpu = 0, 0, (None if drain[0] == "*" else drain[0])
                     elif kind == "check":  # the first queued row that has room (next_fitting)
                         now = time.monotonic()
-                        needs = [(need_of.get(r["id"], check_need_mib(gpu_gib, 0)), now - queued.get(r["id"], now))
-                                 for r in list(q)[:8]]
+                        ready = [k for k, r in enumerate(q) if not (whole(r) and _later(r))][:8]
+                        needs = [(need_of.get(q[k]["id"], check_need_mib(gpu_gib, 0)), now - queued.get(q[k]["id"], now))
+                                 for k in ready]
                         pick = next_fitting(needs, lambda need: choose_gpu("check", need))
                         if pick is None:
-                            break  # no GPU has room now: wait for a check to end
-                        i, gpu = pick
-                        need = needs[i][0]
+                            break  # no GPU has room now (or only rows that wait their turn): wait for a check to end
+                        i, gpu = ready[pick[0]], pick[1]
+                        need = needs[pick[0]][0]
                     else:
                         may, gpu = choose_gpu(kind, 0)
                         if not may:
