@@ -123,3 +123,23 @@ def test_the_object_is_nvccs_and_errors_are_nvccs(tmp_path, monkeypatch):
     assert a.returncode != 0 and b.returncode == a.returncode
     assert "undeclared" in b.stderr and "error" in b.stderr
     assert trace.read_text().splitlines()[-1] == "nvcc: a step failed"
+
+
+def test_its_temporary_folder_goes_under_the_audits_folder_and_is_removed(tmp_path, monkeypatch):
+    """In an audit (KVERIFY_WORKDIR_ROOT set) nvcc's temporary files go under the audit's own
+    folder, which the audit removes: a build killed mid-step leaves no /tmp/kverify-pnvcc-*. The
+    real nvcc here is a stand-in that records its TMPDIR and fails its -dryrun (pnvcc then hands
+    the call to it, as to nvcc)."""
+    seen = tmp_path / "tmpdirs.txt"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!/bin/sh\necho \"$TMPDIR\" >> {seen}\ncase \" $* \" in *' -dryrun '*) exit 1;; esac\nexit 0\n")
+    fake.chmod(0o755)
+    root = tmp_path / "audit"
+    root.mkdir()
+    monkeypatch.setenv("KVERIFY_REAL_NVCC", str(fake))
+    monkeypatch.setenv("KVERIFY_WORKDIR_ROOT", str(root))
+    monkeypatch.delenv(pnvcc.CHECK_REDUCED, raising=False)
+    assert pnvcc.main(["-c", "a.cu", "-o", "a.o"]) == 0
+    dryrun_tmp = seen.read_text().splitlines()[0]
+    assert os.path.dirname(dryrun_tmp) == str(root) and os.path.basename(dryrun_tmp).startswith("kverify-pnvcc-")
+    assert not list(root.iterdir())  # removed when the call ended

@@ -268,7 +268,9 @@ def main(argv: list[str]) -> int:
     if argv.count("-c") != 1 or sum(a.endswith(".cu") for a in argv) != 1 or {"-dryrun", "--dryrun"} & set(argv):
         return real("not one -c of one .cu")
     args, depfile = _without_depfile(argv)
-    tmp = tempfile.mkdtemp(prefix="kverify-pnvcc-")  # nvcc names its temporary files under TMPDIR
+    # nvcc names its temporary files under TMPDIR; in an audit, under the audit's own folder
+    # (KVERIFY_WORKDIR_ROOT, which the audit removes), so a build killed mid-step leaves nothing
+    tmp = tempfile.mkdtemp(prefix="kverify-pnvcc-", dir=os.environ.get("KVERIFY_WORKDIR_ROOT") or None)
     try:
         d = subprocess.run([nvcc, "-dryrun", *args], capture_output=True, text=True, env={**os.environ, "TMPDIR": tmp})
         if d.returncode != 0:
