@@ -60,6 +60,7 @@ def test_large_inputs_take_a_small_shape_when_the_candidate_is_accurate_there(tm
     rep, by = _check(tmp_path, "correct", gates=[f"G{k:02d}" for k in range(1, 13)])  # every gate, each shape path
     from kverify.check import RULES
     assert rep["meta"]["rules"] == RULES
+    assert rep["meta"]["judged_on"] == "cpu"  # the GPU's name on CUDA runs (kverify.check.judged_on)
     shape = rep["meta"]["gate_shape"]
     assert shape["binding"] == {"batch_size": 64, "dim": 67}, shape
     assert "accurate" in shape["why"]
@@ -144,6 +145,9 @@ def test_the_shrink_rule():
     # with own: shrinking goes on until a shape has at most half the own inputs, even when the
     # first one is under the limit already (it stopped there and kept no shape at all)
     assert shrink_bindings({"n": 72, "h": 40}, lambda b: b["n"] * b["h"], 4000, own=72 * 40) == [{"n": 33, "h": 40}]
+    calls = []  # each shape's inputs are counted once (numel_at builds them)
+    shrink_bindings({"n": 128, "c": 3, "h": 40}, lambda b: calls.append(dict(b)) or numel(b), 2000, own=10**6)
+    assert len(calls) == len({tuple(sorted(c.items())) for c in calls}) >= 3, calls
 
 
 @pytest.mark.parametrize("group,dim", [(2, 66), (4, 68)])
@@ -216,6 +220,11 @@ def test_the_audit_report_counts_where_the_small_shape_gates_ran():
     for k in ks:
         k["report"] = json.dumps({"meta": {"rules": RULES}})
     assert "Judging rules" not in markdown(build(ks))
+    # and on which machine (meta.judged_on, kverify.check.judged_on; rows from before: not recorded)
+    ks[0]["report"] = json.dumps({"meta": {"rules": RULES, "judged_on": "NVIDIA H200"}})
+    rep = build(ks)
+    assert rep["judged_on"] == {"not recorded": 4, "NVIDIA H200": 1}
+    assert "Judged on: not recorded: 4 row(s); NVIDIA H200: 1 row(s)." in markdown(rep)
 
 
 @pytest.mark.parametrize("op,verdict", [("argmax", "PASS"), ("argmin", "FAIL")])

@@ -118,6 +118,7 @@ def build(kernels: list[dict]) -> dict:
     unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
                        for k in kernels if k["class"] in NOT_JUDGED)
     shapes = Counter(_gate_shape(k) for k in kernels if k.get("report"))
+    machines = Counter(_meta(k, "judged_on") or "not recorded" for k in kernels if k.get("report"))
     rules = Counter(_rules(k) for k in kernels if k.get("report"))
     from kverify.check import RULES  # this kverify's rules (the check module loads torch: not at import)
     return {"kernels": n, "judged": judged, "classes": rates, "gates": {g: dict(c) for g, c in sorted(gates.items())},
@@ -134,7 +135,8 @@ def build(kernels: list[dict]) -> dict:
             "compile_errors_caught": sum(CAUGHT_MARK in (k["reason"] or "") for k in kernels
                                          if k["class"] == "COMPILE_ERROR"),
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
-            "rules": dict(sorted(rules.items())), "current_rules": RULES, "failure_sample": sample}
+            "rules": dict(sorted(rules.items())), "current_rules": RULES,
+            "judged_on": dict(machines.most_common()), "failure_sample": sample}
 
 
 #: the rules of rows judged before reports carried meta.rules
@@ -148,6 +150,14 @@ def _rules(kernel: dict) -> str:
         return json.loads(kernel["report"])["meta"].get("rules") or UNRECORDED_RULES
     except (ValueError, KeyError, TypeError, AttributeError):
         return UNRECORDED_RULES
+
+
+def _meta(kernel: dict, key: str):
+    """meta[key] of a journalled row's report (None when the row has no report or the key)."""
+    try:
+        return json.loads(kernel["report"])["meta"].get(key)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _gate_shape(kernel: dict) -> str:
@@ -224,6 +234,8 @@ def markdown(rep: dict) -> str:
         L.append("\nJudging rules (`meta.rules`; " + (f"this kverify's are {current}; " if current else "")
                  + "rows judged by older rules may differ if checked again: `kverify audit --redo ID,...`): "
                  + "; ".join(f"{k}: {n} row(s)" for k, n in rep["rules"].items()) + ".")
+    if rep.get("judged_on"):  # the machines the rows were checked on (meta.judged_on; older rows: not recorded)
+        L.append("\nJudged on: " + "; ".join(f"{k}: {n} row(s)" for k, n in rep["judged_on"].items()) + ".")
     if rep.get("gate_shapes"):
         L.append("\nShape of the small-shape gates (G05's base, G09, G10, G11; `meta.gate_shape`): "
                  + "; ".join(f"{k}: {n} row(s)" for k, n in rep["gate_shapes"].items()) + ".")

@@ -401,6 +401,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
     report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
               "gates": [results[g] for g in gate_ids], "standard": std,
               "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
+                       "judged_on": judged_on(ctx.device),
                        "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
                        "inputs": [s.to_json() for s in ctx.specs],
                        "seconds": {"setup": round(t_setup - t0, 3),
@@ -410,6 +411,17 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                                    "standard": std_seconds, "background": bg_seconds,
                                    "cpu": {**sandbox.cpu_seconds, "kverify": round(cpu_seconds(children=False) - ctx.cpu0, 2)}}}}
     return json.loads(_core.report_json(json.dumps(report)))
+
+
+def judged_on(device: str) -> str:
+    """The machine a check ran on, for its report (meta.judged_on): the GPU's name for CUDA runs
+    (torch.cuda.get_device_name of the current device, e.g. "NVIDIA H200"), "cpu" otherwise."""
+    if device == "cuda":
+        try:
+            return torch.cuda.get_device_name()
+        except Exception:  # noqa: BLE001 — a name is a label, never a reason to lose a report
+            return "cuda"
+    return "cpu"
 
 
 def exit_code(report: dict) -> int:

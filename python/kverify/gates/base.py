@@ -219,13 +219,15 @@ def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None 
     top, floor = LADDERS[multiple]
     b = {k: (top if v > 64 else v) for k, v in dims.items()}
     tries = [dict(b)]
+    sizes: list[int] = []  # numel_at of each try, measured once (each shape's inputs are built to count)
     while True:
         try:
             n = numel_at(b)
-            if n <= limit and (own is None or 2 * n <= own):
-                break
         except Exception:  # noqa: BLE001 — get_inputs cannot build this shape: stop before it
             tries.pop()
+            break
+        sizes.append(n)
+        if n <= limit and (own is None or 2 * n <= own):
             break
         big = [k for k in sorted(b) if b[k] > floor]
         if not big:
@@ -233,7 +235,7 @@ def shrink_bindings(dims: dict[str, int], numel_at, limit: int, own: int | None 
         k = max(big, key=lambda d: b[d])
         b[k] = max(floor, multiple * (((b[k] // multiple) // 2) | 1))
         tries.append(dict(b))
-    return tries if own is None else [t for t in tries if 2 * numel_at(t) <= own]
+    return tries if own is None else [t for t, n in zip(tries, sizes) if 2 * n <= own]
 
 
 def spec_numel(specs) -> int:
