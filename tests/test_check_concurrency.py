@@ -282,3 +282,29 @@ def test_g04_runs_the_reference_at_its_own_shape_after_g05_planned_others(tmp_pa
     r = check(ref, str(tmp_path / "reference.py"), cand, str(tmp_path / "cand.py"), device="cpu",
               workdir=tmp_path / "work", gates=["G04", "G05"], standard=False)
     assert [g["verdict"] for g in r["gates"]] == ["PASS", "PASS"], r["gates"]
+
+
+def test_a_result_the_worker_cannot_write_is_a_kverify_fault_not_a_crash(tmp_path):
+    """The worker saves each job's result to a file; when it cannot (a full disk on the H200 audit,
+    stop 20: PyTorch's 'enforce fail at inline_container.cc' ended the worker, and three gates of
+    two rows were CRASH/FAIL for it) it says so on its status pipe, the job is a kverify fault
+    ("error": the gates' ERROR, G05's SKIPPED), and the next job runs in the same worker."""
+    from kverify.problem import Problem
+    from kverify.sandbox import Sandbox
+    ref = (RELU / "reference.py").read_text()
+    cand = HEAD + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    specs = Problem(ref, str(RELU / "reference.py"), 1e-2).input_specs(0)
+    jobs = [{"kind": "run", "id": f"t{k}", "seed": 1, "binding": None, "inputs": [s.to_json() for s in specs]}
+            for k in range(2)]
+    (tmp_path / "work" / "t" / "result_0.pt.tmp").mkdir(parents=True)  # where job 0's result goes first
+    sb = Sandbox(reference_source=ref, reference_path=str(RELU / "reference.py"), candidate_source=cand,
+                 candidate_path=str(tmp_path / "cand.py"), device="cpu", workdir=tmp_path / "work")
+    try:
+        out = sb.run(jobs, tag="t")
+        workers = len(list((tmp_path / "work" / "t").glob("worker_*.log")))
+    finally:
+        sb.cancel()
+        sb.cleanup()
+    assert out[0].status == "ok" and "could not write the job's result" in out[0].result["error"], out[0]
+    assert out[1].status == "ok" and "error" not in out[1].result, out[1]
+    assert workers == 1  # one worker did both

@@ -245,6 +245,12 @@ class Sandbox:
                                           log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
                     t_job = time.monotonic()
                     continue
+                if line is not None and line.startswith(f"fault {k} "):  # kverify's own failure in the worker:
+                    # a kverify fault ("error", as for an exception of kverify's there), never a finding
+                    outcomes[k] = Outcome("ok", {"error": json.loads(line[len(f"fault {k} "):])},
+                                          log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
+                    t_job = time.monotonic()
+                    continue
                 if line is None:  # timed out
                     self._kill(proc)
                     outcomes[k] = Outcome("timeout", detail=f"no result after {timeout:g} s; "

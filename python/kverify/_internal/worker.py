@@ -6,7 +6,8 @@ Usage (by kverify.sandbox only): python -m kverify._internal.worker JOBDIR STATU
 
 Protocol: JOBDIR/spec.json holds {reference, candidate, device, seed, jobs, start, mode}. The
 worker writes "loaded\n" to STATUS_FD once the candidate is built, then for each job k from
-`start` writes JOBDIR/result_k.pt (atomically) and "done k\n". A candidate that cannot be loaded
+`start` writes JOBDIR/result_k.pt (atomically) and "done k\n" -- or, when it cannot write that
+file (kverify's failure, e.g. a full disk: not the candidate's), "fault k <JSON string: why>\n". A candidate that cannot be loaded
 gives JOBDIR/load_error.json and exit code 3. A worker started ahead of its jobs (Sandbox.prestart:
 spec.json without "jobs") loads, writes "loaded\n", then waits for JOBDIR/jobs.json ({jobs,
 start}, written atomically by the parent).
@@ -475,7 +476,17 @@ def main() -> int:
             result = {"exception": f"LoadError: {e.reason}"}
         except Exception:  # noqa: BLE001 — kverify's own fault inside the worker
             result = {"error": traceback.format_exc()[-2000:]}
-        _atomic_save(result, os.path.join(jobdir, f"result_{k}.pt"))
+        try:
+            _atomic_save(result, os.path.join(jobdir, f"result_{k}.pt"))
+        except Exception as e:  # noqa: BLE001 — kverify's own failure (a full disk, say), not the candidate's
+            del result
+            try:
+                os.remove(os.path.join(jobdir, f"result_{k}.pt.tmp"))
+            except OSError:
+                pass
+            why = f"the worker could not write the job's result: {type(e).__name__}: {str(e).strip()[:300]}"
+            status.write(f"fault {k} " + json.dumps(why) + "\n")  # the pipe needs no disk
+            continue
         if spec["device"] == "cuda" and os.environ.get("KVERIFY_EMPTY_CACHE") == "1":
             torch.cuda.empty_cache()  # give cached blocks back: other checks' processes share the GPU (audit)
         status.write(f"done {k}\n")
