@@ -154,7 +154,7 @@ def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
     return {"tag": f"G11-{tool}", "env": SANITIZED_ENV, "wrapper": wrapper}
 
 
-#: CPUs each sanitizer run may use (all when unset or 0). The audit sets it (kverify.audit._task):
+#: CPUs each sanitizer run may use (all when unset, 0 or negative). The audit sets it (kverify.audit._task):
 #: racecheck's own analysis runs on many threads, and on the H200 audit (stop 20) two rows' racecheck
 #: runs took ~12 of 16 cores for 240 s each until the row budget ended them, a third of the CPU of
 #: that call, while the other checks and the compilers waited. Confined, such a run still ends at
@@ -168,7 +168,7 @@ _AFFINITY = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[
 
 def cpu_cap(tool: str) -> list[str]:
     """The command prefix that confines one sanitizer run to $KVERIFY_SANITIZER_CPUS of this
-    process's CPUs ([] when unset, 0, at least as many as there are, or where Python cannot set an
+    process's CPUs ([] when unset, not positive, at least as many as there are, or where Python cannot set an
     affinity). Which CPUs: a window of the allowed ones that starts where a hash of this process
     and ``tool`` says, so that the tools of one check and the checks of an audit spread over the
     machine, and the same call gives the same prefix (a prestarted worker is only used by a run
@@ -279,10 +279,11 @@ _FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|War
 #: compute-sanitizer's errors for a target process (any process it follows) that ended with a
 #: non-zero status (its --check-exit-code, on by default): a finding of the process, not of a
 #: kernel. Not counted by parse_sanitizer; a worker that did not finish its job is a failure of the
-#: run itself (start's status check). A process that ends with a status prints both lines and both
-#: count in ERROR SUMMARY: with the second one counted, racecheck runs whose worker ended during the
-#: call ("exited with code 6", no finding line; memcheck and synccheck clean) were FAIL on 23 H200
-#: audit rows (stop 20) instead of not established
+#: run itself (start's status check). A process that ends with a status prints both lines; that
+#: ERROR SUMMARY counts both is inferred (stop 20, not yet confirmed by a kept log) from 23 H200
+#: audit rows whose racecheck worker ended during the call ("exited with code 6"; memcheck and
+#: synccheck clean): their records show both lines before the summary, no finding line, and one
+#: error left after taking out the first line, so they were FAIL instead of not established
 _EXITS = ("process didn't terminate successfully", "Target application returned an error")
 
 
