@@ -195,7 +195,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-01"  # 2026-12-01: G11 no longer counts "Target application returned an error"
+RULES = "2026-12-01.2"  # 2026-12-01.2: G11 racecheck without cuDNN, its internal errors not counted
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (a reference run per input and parameter, outputs compared bit by bit), G10

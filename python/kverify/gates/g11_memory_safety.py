@@ -17,6 +17,13 @@ the candidate's. A candidate without kernels of its own: those two N/A. Where kv
 sure it found every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) every tool
 checks every kernel. A tool that does not finish within SANITIZER_TIMEOUT is no finding: G11 is then
 ERROR (memory safety not established), unless something else failed.
+racecheck runs with PyTorch's cuDNN off (NO_CUDNN_TOOLS): on the H200 (stop 21) racecheck ended
+with "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception" inside cuDNN
+convolutions (PyTorch's cudnn_convolution and cudnn_convolution_transpose), for the reference models
+of 4 corpus rows alone, no candidate code at all, with a kernel filter that matched no kernel; with
+cuDNN off all 4 ran clean, and so did G11 on 3 rows that had failed it through that error. Its
+kernels are not the ones racecheck checks; the candidate's own kernels run unchanged. An internal
+error of the tool that names no finding leaves the tool unfinished, never a finding (_INTERNAL).
 initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on every kernel, a bare
 ``nn.Conv2d`` call under it printed error reports (host backtrace in Conv2d.forward) and had not
 finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads;
@@ -44,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kverify import engine
+from kverify._internal import CUDNN_ENV
 from kverify.gates.base import Context
 from kverify.journal import BUDGET_MARK
 
@@ -146,12 +154,13 @@ def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
     kernel_filters (compute-sanitizer user manual, "Specifying Filters": the option may be
     repeated and a kernel matching any filter is checked; kns = a substring of the mangled name,
     kne = the whole mangled name)."""
+    env = {**SANITIZED_ENV, **({CUDNN_ENV: "0"} if tool in NO_CUDNN_TOOLS else {})}
     wrapper = [*cpu_cap(tool), exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all",
                "--report-api-errors", "no"]
     if tool in OWN_KERNELS_ONLY and not _sanitize_all() and kernel_scope(source) is not None:
         for f in kernel_filters(source):
             wrapper += ["--kernel-name", f]
-    return {"tag": f"G11-{tool}", "env": SANITIZED_ENV, "wrapper": wrapper}
+    return {"tag": f"G11-{tool}", "env": env, "wrapper": wrapper}
 
 
 #: CPUs each sanitizer run may use (all when unset, 0 or negative). The audit sets it (kverify.audit._task):
@@ -228,10 +237,15 @@ def start(ctx: Context):
         text = Path(o.log).read_text(errors="replace") if o.log else ""
         errors, first = parse_sanitizer(text)
         exits = [ln.strip() for ln in text.splitlines() if _is_exit(ln)]
+        internal = [ln.strip() for ln in text.splitlines() if _is_internal(ln)]
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b, "seconds": seconds}
         if tool in OWN_KERNELS_ONLY and not _sanitize_all():
             rec["kernels"] = kernels if kernels is not None else "every kernel (own kernels not known for sure)"
-        if o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
+        if tool in NO_CUDNN_TOOLS:
+            rec["cudnn"] = "off"
+        if internal and not errors:  # the tool itself failed (_INTERNAL): what came after it is unchecked
+            rec.update(unfinished=f"compute-sanitizer's own error, no finding: {internal[0][10:170]}")
+        elif o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
         elif o.status == "budget" and not errors:  # the check's budget (Sandbox.budget) came first
             rec.update(unfinished=f"cut short by {BUDGET_MARK}")
@@ -264,6 +278,8 @@ def start(ctx: Context):
     return run
 
 
+#: tools whose worker runs with PyTorch's cuDNN off (CUDNN_ENV; the module docstring says why)
+NO_CUDNN_TOOLS = ("racecheck",)
 #: every tensor its own cudaMalloc of its exact size: a read past the end of a tensor is then a read
 #: past the end of an allocation, which memcheck sees (inside a caching-allocator block it cannot)
 SANITIZED_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -279,12 +295,18 @@ _FINDING = re.compile(r"^========= (Invalid|Error|Race|Uninitialized|Barrier|War
 #: compute-sanitizer's errors for a target process (any process it follows) that ended with a
 #: non-zero status (its --check-exit-code, on by default): a finding of the process, not of a
 #: kernel. Not counted by parse_sanitizer; a worker that did not finish its job is a failure of the
-#: run itself (start's status check). A process that ends with a status prints both lines; that
-#: ERROR SUMMARY counts both is inferred (stop 20, not yet confirmed by a kept log) from 23 H200
-#: audit rows whose racecheck worker ended during the call ("exited with code 6"; memcheck and
-#: synccheck clean): their records show both lines before the summary, no finding line, and one
-#: error left after taking out the first line, so they were FAIL instead of not established
+#: run itself (start's status check). A process that ends with a status prints both lines (the
+#: kept racecheck logs of 3 H200 audit rows, stop 21); whether memcheck's ERROR SUMMARY counts
+#: one, both or neither is not known, so both are taken out of it (never below the finding lines)
 _EXITS = ("process didn't terminate successfully", "Target application returned an error")
+#: compute-sanitizer's own failure, printed as "========= Internal Sanitizer Error: ...": racecheck
+#: counted it as an error hazard ("RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)",
+#: no hazard line) when it failed inside cuDNN on the H200 (stop 21; 23 audit rows FAIL G11 for it,
+#: the worker then aborting, "exited with code 6"). A fault of the tool, not of a kernel: taken out
+#: of the counts; the run is unfinished unless a finding is named. For every tool, not racecheck
+#: alone: a kernel's own hardware exception is a finding line memcheck names (_FINDING), and an
+#: unfinished tool makes G11 ERROR (not established), never PASS.
+_INTERNAL = "Internal Sanitizer Error"
 
 
 def _is_exit(line: str) -> bool:
@@ -293,17 +315,22 @@ def _is_exit(line: str) -> bool:
     return line.startswith("========= ") and any(e in line for e in _EXITS)
 
 
+def _is_internal(line: str) -> bool:
+    """Is ``line`` compute-sanitizer's report of its own failure (_INTERNAL)?"""
+    return line.startswith(f"========= {_INTERNAL}")
+
+
 def parse_sanitizer(text: str) -> tuple[int, str]:
     """(errors, first finding) from compute-sanitizer output: the largest of "ERROR SUMMARY: N
     errors", racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" (E) and the
-    number of finding lines; the first finding line. Process-exit errors (_EXITS) are taken out of
-    the ERROR SUMMARY count and the finding lines (racecheck's summary counts hazards alone): on
-    the H200 (stop 14) racecheck reported one for a row whose worker had finished its job and whose
-    other tools were clean."""
-    exits = sum(_is_exit(ln) for ln in text.splitlines())
-    counts = [int(m) - exits for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
-    counts += [int(m) for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]  # hazards only
-    findings = [ln.strip() for ln in text.splitlines() if _FINDING.match(ln) and not _is_exit(ln)]
+    number of finding lines; the first finding line. The tool's own failures (_INTERNAL) are taken
+    out of both counts, and process-exit errors (_EXITS) out of the ERROR SUMMARY count and the
+    finding lines (racecheck's summary counts hazards and internal errors only)."""
+    lines = text.splitlines()
+    exits, internal = sum(map(_is_exit, lines)), sum(map(_is_internal, lines))
+    counts = [int(m) - exits - internal for m in re.findall(r"ERROR SUMMARY:\s*(\d+)", text)]
+    counts += [int(m) - internal for m in re.findall(r"RACECHECK SUMMARY:.*?\((\d+) errors?", text)]
+    findings = [ln.strip() for ln in lines if _FINDING.match(ln) and not _is_exit(ln)]
     return max([0, len(findings), *counts]), (findings[0] if findings else "")
 
 

@@ -1,0 +1,43 @@
+"""TWIN of g11_race_after_conv_cuda: PyTorch's convolution (cuDNN on a GPU), then a shared-memory
+tree reduction with __syncthreads() after every step. Must pass G11: on the H200 (stop 21)
+compute-sanitizer racecheck failed inside cuDNN's convolutions with an internal error, with no
+candidate code at all, so G11's racecheck runs without cuDNN. This convolution's shape did not make
+racecheck fail even with cuDNN on (stop 21), so the pair shows a race still found and a correct
+kernel passed beside a convolution, not the tool failure itself (results/audit/NOTES.md)."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void row_sum(const float* __restrict__ x, float* __restrict__ y, int cols) {
+  __shared__ float red[256];
+  const float* xr = x + (int64_t)blockIdx.x * cols;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = red[0];
+}
+torch::Tensor run(torch::Tensor x) {
+  auto y = torch::empty({x.size(0)}, x.options());
+  row_sum<<<x.size(0), 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)x.size(1));
+  return y;
+}
+"""
+CPP = "torch::Tensor run(torch::Tensor x);"
+ext = load_inline("kv_g11_race_after_conv_cuda_twin", cpp_sources=CPP, cuda_sources=CUDA, functions=["run"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)
+
+    def forward(self, x):
+        return ext.run(self.conv(x).flatten(1).contiguous())
