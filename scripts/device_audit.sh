@@ -9,7 +9,10 @@
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
 # REDO=ID[,ID...] checks those journalled rows of the first shard again (kverify audit --redo); REDO_STALE=1 every row
-# judged by older rules (kverify audit --redo-stale).
+# judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
+# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), instead of REDO: those journalled in
+# the shard and not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
+# without a report, e.g. COMPILE_ERROR, always).
 # The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
 # the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
 source "$(dirname "$0")/device_common.sh"
@@ -33,14 +36,37 @@ t_audit=$(date +%s)
 : > "$OUT/audit.log"
 redo=${REDO:-}  # the first shard's rows
 for shard in ${SHARD//,/ }; do  # SHARD=1/8,2/8: the next shard takes the time the one before left
+  if [ -n "${REDO_FILE:-}" ]; then  # this shard's lines (ids joined by commas; CR stripped)
+    [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
+    redo=$(awk -v s="$shard" '$1 == s {sub(/\r$/, "", $2); printf "%s%s", sep, $2; sep = ","}' "$REDO_FILE")
+  fi
   left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))
   [ "$left" -ge 60 ] || break
   J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
   [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
-  echo "=== shard $shard, $left s left" >> "$OUT/audit.log"
-  # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
-  # write their stacks before it ends them
-  timeout --foreground -k 60 -s TERM "$left" python3 -m kverify audit .corpus/accepted_kernels.jsonl --journal "$J" --shard "$shard" \
+  if [ -n "$redo" ]; then
+    # only ids journalled here (one forgotten by a run that stopped before it is pending already)
+    # and not judged by this kverify's rules yet or with a gate record that is a kverify fault (a
+    # row judged again without one is not judged a third time)
+    redo=$(python3 - "$J" "$redo" <<'PY'
+import json, os, sqlite3, sys
+from kverify.check import RULES
+old = set()
+if os.path.exists(sys.argv[1]):
+    db = sqlite3.connect(sys.argv[1])
+    for kid, report in db.execute("SELECT id, report FROM kernels"):
+        if not report or (json.loads(report).get("meta") or {}).get("rules") != RULES:
+            old.add(kid)
+    old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%'")}
+print(",".join(i for i in sys.argv[2].split(",") if i in old))
+PY
+)
+  fi
+  echo "=== shard $shard, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
+  # --time-limit: the audit starts nothing that cannot end in the time left and stops at it; the
+  # timeout is a backstop. --foreground: TERM goes to the audit alone (not its process group),
+  # which then has its checks write their stacks before it ends them
+  timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl --journal "$J" --shard "$shard" \
     --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} >> "$OUT/audit.log" 2>&1
   echo "audit of shard $shard rc=$? after $(( $(date +%s) - t0 )) s"
   redo=

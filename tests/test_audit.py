@@ -833,3 +833,40 @@ def test_report_and_merge_name_a_directory_given_as_a_journal(tmp_path):
         load([str(tmp_path)])
     with pytest.raises(UsageError, match="a directory"):
         merge(tmp_path / "out.sqlite", [tmp_path])
+
+
+def test_a_time_limit_starts_only_what_can_end_in_time():
+    """TimeLimit: checks start while a check fits in the time left; builds only while the rows
+    built or building are fewer than the checks the slots can still take after a build; the
+    estimates become this run's medians once 3 have finished."""
+    from kverify.audit import TimeLimit
+    now = [0.0]
+    t = TimeLimit(600, jobs=4, clock=lambda: now[0])
+    assert t.estimate("check") == TimeLimit.GUESS["check"] and t.may_check()
+    # after a 45 s build, 555 s: 4 slots x 555/110 = 20.2 checks, less half a slot per running check
+    assert t.may_build(built_waiting=10, building=5, checking=4) and not t.may_build(16, 3, 4)
+    for s in (200.0, 210.0, 190.0):
+        t.note("check", s)
+    assert t.estimate("check") == 200.0
+    now[0] = 401.0  # 199 s left: a 200 s check would not end
+    assert not t.may_check() and not t.may_build(0, 0, 0)
+    now[0] = 300.0  # 300 s left: a check may start; after a 45 s build, 4 x 255/200 = 5.1 checks
+    assert t.may_check() and t.may_build(5, 0, 0) and not t.may_build(6, 0, 0) and not t.may_build(5, 0, 1)
+    assert "none can end in the 300 s left" in t.stop_line(7) and not t.over()
+    now[0] = 600.0
+    assert t.over()
+
+
+@pytest.mark.parametrize("mode", [[], ["--jobs", "2", "--compile-jobs", "1"]])
+def test_an_audit_whose_time_limit_fits_no_row_stops_at_once_and_journals_nothing(corpus, tmp_path, mode):
+    """A time limit too short for any row: the audit (serial or pipelined) starts nothing, says
+    so, journals nothing and leaves the journal to resume; a bad limit is a usage error."""
+    j = tmp_path / "j.sqlite"
+    t = time.monotonic()
+    r = audit(corpus, j, "--time-limit", "20", *mode)
+    assert time.monotonic() - t < 60
+    assert "time limit: 5 row(s) left, none can end" in r.stderr, r.stderr
+    assert committed(j) == 0
+    bad = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "k.sqlite"),
+                          "--device", "cpu", "--time-limit", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--time-limit must be a positive number of seconds" in bad.stderr

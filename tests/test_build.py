@@ -296,3 +296,90 @@ def test_both_audit_modes_journal_a_caught_compile_error_with_the_mark(tmp_path)
     assert reasons[0] == reasons[1], reasons
     assert reasons[0]["caught"].startswith(f"COMPILE_ERROR: extension kv_build_test failed to build ({CAUGHT_MARK}): ")
     assert reasons[0]["raised"].startswith("COMPILE_ERROR: extension kv_build_test failed to build: ")
+
+
+def test_a_build_the_machine_failed_is_not_a_compile_error(tmp_path, monkeypatch):
+    """A compiler that could not write its output (a full disk on the H200 audit, stop 21) is the
+    machine's failure: recorded as not diagnosed (a later call builds again), and failed_build
+    gives a kverify-fault reason (the audit journals UNJUDGED, which --redo-faults judges again),
+    not a compile error of the candidate."""
+    import functools
+
+    import torch.utils.cpp_extension as cpp
+
+    from kverify._internal import fastbuild
+    from kverify.build import failed_build
+    from kverify.journal import FAULT_PREFIX
+
+    calls, full = [], [True]
+    real = cpp.load_inline
+
+    @functools.wraps(real)
+    def fake(**kw):
+        calls.append(kw["name"])
+        if full[0]:
+            raise RuntimeError(f"Error building extension '{kw['name']}': /usr/include/c++/13/bits/ostream.tcc(183): "
+                               "catastrophic error: error while writing generated C++ file: No space left on device")
+        return "built"
+
+    monkeypatch.setattr(cpp, "load_inline", fake)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("KVERIFY_FAST_BUILD", "1")
+    fastbuild.install()
+    kw = dict(name="e", cpp_sources="torch::Tensor f(torch::Tensor x) { return x; }", functions=["f"])
+    with pytest.raises(RuntimeError, match="No space left"):
+        cpp.load_inline(**kw)
+    state = fastbuild.read_state(tmp_path)
+    (entry,) = state.values()
+    assert entry["ok"] is False and entry["diagnosed"] is False and entry["machine_fault"] == "error while writing"
+    reason = failed_build(state)
+    assert reason.startswith(f"{FAULT_PREFIX}: extension e could not be built on this machine (error while writing)"), reason
+    assert "No space left on device" in reason
+    full[0] = False  # disk freed: built again, not "failed before"
+    assert cpp.load_inline(**kw) == "built" and len(calls) >= 2
+    assert failed_build(fastbuild.read_state(tmp_path)) == ""
+    # a compiler diagnostic of the candidate's stays a compile error
+    diag = {"e-1": {"ok": False, "error": "cuda.cu(3): error: identifier \"foo\" is undefined", "diagnosed": True}}
+    assert failed_build(diag).startswith("extension e failed to build: ")
+
+
+#: a candidate whose build the "machine" fails: torch's compile step raises what a compiler on a
+#: full disk printed on the H200 (stop 21)
+FULL_DISK = """
+import torch
+import torch.utils.cpp_extension as cpp
+def _full_disk(*a, **k):
+    raise RuntimeError("Error building extension 'kv_full': /usr/include/c++/13/bits/ostream.tcc(183): "
+                       "catastrophic error: error while writing generated C++ file: No space left on device")
+cpp._jit_compile = _full_disk
+_ext = cpp.load_inline(name="kv_full", cpp_sources="torch::Tensor f(torch::Tensor x) { return x; }", functions=["f"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.f(x)
+"""
+
+
+def test_both_audit_modes_journal_a_build_the_machine_failed_as_a_kverify_fault(tmp_path):
+    """The sequential audit (check_row) and the pipeline (the build stage's "fault" status)
+    journal such a row UNJUDGED with a kverify-fault reason (so --redo-faults selects it), never
+    COMPILE_ERROR."""
+    import sqlite3
+
+    from kverify.audit import run_audit
+    from kverify.journal import FAULT_PREFIX, Journal
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "full", "reference": REF, "candidate": FULL_DISK}) + "\n")
+    for k, mode in enumerate(({"jobs": 1}, {"jobs": 1, "compile_jobs": 1})):
+        j = tmp_path / f"j{k}.sqlite"
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], **mode)
+        with sqlite3.connect(j) as db:
+            (klass, reason), = db.execute("SELECT class, reason FROM kernels").fetchall()
+        assert klass == "UNJUDGED", (mode, klass, reason)
+        assert reason.startswith(f"{FAULT_PREFIX}: extension kv_full could not be built on this machine "
+                                 "(error while writing): "), reason
+        jr = Journal(str(j))
+        try:
+            assert jr.faults() == ["full"]
+        finally:
+            jr.close()

@@ -20,6 +20,20 @@ def _check(tmp_path: Path, body: str, **kw):
                  workdir=tmp_path / "work", **kw)
 
 
+def _relu_box(tmp_path: Path, body: str, jobs: int = 1):
+    """(a CPU Sandbox for the relu example whose candidate is HEAD + ``body``, ``jobs`` run jobs
+    "t0", "t1", ... at its own shape)."""
+    from kverify.problem import Problem
+    from kverify.sandbox import Sandbox
+    ref = (RELU / "reference.py").read_text()
+    specs = Problem(ref, str(RELU / "reference.py"), 1e-2).input_specs(0)
+    todo = [{"kind": "run", "id": f"t{k}", "seed": 1, "binding": None, "inputs": [s.to_json() for s in specs]}
+            for k in range(jobs)]
+    sb = Sandbox(reference_source=ref, reference_path=str(RELU / "reference.py"), candidate_source=HEAD + body,
+                 candidate_path=str(tmp_path / "cand.py"), device="cpu", workdir=tmp_path / "work")
+    return sb, todo
+
+
 def test_standard_test_runs_beside_the_gates(tmp_path):
     """Handshake while loading: each worker (named by its job folder, "gates" or "standard") leaves
     a mark, then waits up to 30 s for the other's mark. Both see each other only when the two
@@ -205,22 +219,15 @@ def test_split_gates_run_in_their_own_worker_beside_the_gates(tmp_path, monkeypa
 def test_a_prestarted_worker_takes_only_the_run_it_was_started_for(tmp_path, run_env, expect):
     """Sandbox.run hands its jobs to the worker prestarted for its tag only when that worker was
     started with the same wrapper and env; else it starts its own (the job sees the run's env)."""
-    from kverify.problem import Problem
-    from kverify.sandbox import Sandbox
-    ref = (RELU / "reference.py").read_text()
     marks = tmp_path / "marks"
     marks.mkdir()
-    cand = HEAD + ("class ModelNew(nn.Module):\n"
-                   "    def forward(self, x):\n"
-                   f"        open({str(marks / 'ran')!r}, 'w').write(os.environ['KV_TEST_MARK'])\n"
-                   "        return torch.relu(x)\n")
-    specs = Problem(ref, str(RELU / "reference.py"), 1e-2).input_specs(0)
-    job = {"kind": "run", "id": "t", "seed": 1, "binding": None, "inputs": [s.to_json() for s in specs]}
-    sb = Sandbox(reference_source=ref, reference_path=str(RELU / "reference.py"), candidate_source=cand,
-                 candidate_path=str(tmp_path / "cand.py"), device="cpu", workdir=tmp_path / "work")
+    sb, jobs = _relu_box(tmp_path, "class ModelNew(nn.Module):\n"
+                                   "    def forward(self, x):\n"
+                                   f"        open({str(marks / 'ran')!r}, 'w').write(os.environ['KV_TEST_MARK'])\n"
+                                   "        return torch.relu(x)\n")
     try:
         sb.prestart("t", env={"KV_TEST_MARK": "pre"})
-        out = sb.run([job], tag="t", env={"KV_TEST_MARK": run_env})
+        out = sb.run(jobs, tag="t", env={"KV_TEST_MARK": run_env})
         assert out[0].status == "ok", out[0]
         assert (marks / "ran").read_text() == expect
         assert len(list((tmp_path / "work" / "t").glob("worker_*.log"))) == (1 if run_env == "pre" else 2)
@@ -289,16 +296,9 @@ def test_a_result_the_worker_cannot_write_is_a_kverify_fault_not_a_crash(tmp_pat
     stop 20: PyTorch's 'enforce fail at inline_container.cc' ended the worker, and three gates of
     two rows were CRASH/FAIL for it) it says so on its status pipe, the job is a kverify fault
     ("error": the gates' ERROR, G05's SKIPPED), and the next job runs in the same worker."""
-    from kverify.problem import Problem
-    from kverify.sandbox import Sandbox
-    ref = (RELU / "reference.py").read_text()
-    cand = HEAD + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
-    specs = Problem(ref, str(RELU / "reference.py"), 1e-2).input_specs(0)
-    jobs = [{"kind": "run", "id": f"t{k}", "seed": 1, "binding": None, "inputs": [s.to_json() for s in specs]}
-            for k in range(2)]
     (tmp_path / "work" / "t" / "result_0.pt.tmp").mkdir(parents=True)  # where job 0's result goes first
-    sb = Sandbox(reference_source=ref, reference_path=str(RELU / "reference.py"), candidate_source=cand,
-                 candidate_path=str(tmp_path / "cand.py"), device="cpu", workdir=tmp_path / "work")
+    sb, jobs = _relu_box(tmp_path, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+                         jobs=2)
     try:
         out = sb.run(jobs, tag="t")
         workers = len(list((tmp_path / "work" / "t").glob("worker_*.log")))
@@ -308,3 +308,44 @@ def test_a_result_the_worker_cannot_write_is_a_kverify_fault_not_a_crash(tmp_pat
     assert out[0].status == "ok" and "could not write the job's result" in out[0].result["error"], out[0]
     assert out[1].status == "ok" and "error" not in out[1].result, out[1]
     assert workers == 1  # one worker did both
+
+
+@pytest.mark.parametrize("cudnn", ["0", None])
+def test_a_worker_told_kverify_cudnn_0_runs_the_candidate_without_cudnn(tmp_path, cudnn):
+    """KVERIFY_CUDNN=0 in a worker's environment (G11 gives it to its racecheck runs) turns
+    PyTorch's cuDNN off before the candidate loads; without it the setting is PyTorch's own."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    sb, jobs = _relu_box(tmp_path, "class ModelNew(nn.Module):\n"
+                                   "    def forward(self, x):\n"
+                                   f"        open({str(marks / 'cudnn')!r}, 'w').write(str(torch.backends.cudnn.enabled))\n"
+                                   "        return torch.relu(x)\n")
+    try:
+        out = sb.run(jobs, tag="t", env={"KVERIFY_CUDNN": cudnn} if cudnn else {})
+    finally:
+        sb.cancel()
+        sb.cleanup()
+    assert out[0].status == "ok", out[0]
+    assert (marks / "cudnn").read_text() == ("False" if cudnn == "0" else "True")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_each_result_file_is_removed_once_read_unless_kept(tmp_path, monkeypatch, keep):
+    """A job's result file goes as soon as the parent has read it (a check of large outputs kept
+    them all until its end, and 7 such checks at once filled the H200's 64 GiB disk, stop 21:
+    compilers and workers then failed to write); KVERIFY_KEEP=1 keeps them for debugging."""
+    if keep:
+        monkeypatch.setenv("KVERIFY_KEEP", "1")
+    else:
+        monkeypatch.delenv("KVERIFY_KEEP", raising=False)
+    sb, jobs = _relu_box(tmp_path, "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+                         jobs=2)
+    try:
+        out = sb.run(jobs, tag="t")
+        left = sorted(p.name for p in (tmp_path / "work" / "t").glob("result_*"))
+    finally:
+        sb.cancel()
+        if not keep:
+            sb.cleanup()
+    assert [o.status for o in out] == ["ok", "ok"] and all(o.result for o in out), out
+    assert left == (["result_0.pt", "result_1.pt"] if keep else []), left

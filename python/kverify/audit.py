@@ -17,7 +17,13 @@ Classes: CLEAN / VIOLATION / BROKEN from the gates (kverify.report); COMPILE_ERR
 extension of the candidate fails to build here (the row's reason holds the compiler's first error;
 also when the candidate catches the failure and falls back to PyTorch: the kernel under audit then
 never ran); UNJUDGED when the row cannot be judged (its reference or candidate does not load, or
-kverify failed), with the reason.
+kverify or the machine failed: a build that could not write its output, say), with the reason.
+
+With a time limit (``time_limit``, ``--time-limit``) the audit starts no build or check that
+cannot end within it (TimeLimit), stops early when nothing more can, and at the limit stops as an
+interrupted one does: on a machine lent for a while, a row begun too late costs CPU the others
+need and is lost at the end (H200, stop 21: 38 builds for 14 journalled rows in one call, and 7
+checks killed in flight).
 
 An interrupted audit (Ctrl-C, SIGTERM) logs the rows in flight, with their stage and seconds so
 far; with KVERIFY_STACK_DIR set it first has them write their Python stacks there (STACK_ENV).
@@ -114,8 +120,8 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
         caught = report is not None and g01.get("verdict") not in ("CRASH", "TIMEOUT") \
             and not (g01.get("evidence") or {}).get("exception")
         failed = _failed_build(row.get("candidate", row.get("custom_code")), caught=caught)
-        if failed:
-            report, klass, reason = None, "COMPILE_ERROR", failed
+        if failed:  # a build the machine failed (FAULT_PREFIX, kverify.build.failed_build) is not judged
+            report, klass, reason = None, ("UNJUDGED" if failed.startswith(FAULT_PREFIX) else "COMPILE_ERROR"), failed
     return report, klass, reason
 
 
@@ -164,7 +170,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
               redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None,
-              redo_budget: bool = False, redo_stale: bool = False) -> int:
+              redo_budget: bool = False, redo_stale: bool = False, time_limit: float | None = None) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -188,6 +194,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             ``redo_budget`` such rows in a longer run to judge them fully.
             ``redo_stale``: every row whose report was judged by older rules than this kverify's
             (kverify.check.RULES, Journal.stale).
+        time_limit: seconds this call may take from the start of its first row (None: no limit):
+            no row's build or check starts that would not end within it by this run's estimates
+            (TimeLimit), and at the limit the rows in flight are ended and logged, not journalled
+            (the same command resumes). Returns 0 then too; the log says it stopped.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -203,6 +213,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--limit must be >= 1, got {limit}")
     if row_budget is not None and not (row_budget > 0 and math.isfinite(row_budget)):
         raise UsageError(f"--row-budget must be a positive number of seconds, got {row_budget}")
+    if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
+        raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
     opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
             "budget": row_budget, "threads": cpu_threads(jobs, compile_jobs)}
     i, n = parse_shard(shard)
@@ -248,6 +260,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
                  + ("-stale" if redo_stale else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
+    # the rows to check again first: forgotten now, a run stopped before them would leave them out
+    # of the journal until one that reaches them (they are in its forgotten table meanwhile)
+    todo.sort(key=lambda r: r.get("id") not in again)
     if len(todo) < len(rows):  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
         Console(stderr=True).print(f"{journal}: {len(rows) - len(todo)} of this run's {len(rows)} row(s) already "
                                    f"journalled, skipped; {len(todo)} to check", soft_wrap=True, markup=False,
@@ -277,14 +292,21 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         stacks = os.environ.get(STACK_ENV)
         if stacks and not (os.path.isdir(stacks) and os.access(stacks, os.W_OK)):
             log(f"{STACK_ENV}={stacks} is not a writable folder: no stack dumps of interrupted rows")
+        limit = TimeLimit(time_limit, jobs) if time_limit is not None else None
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
-            for row in todo:
+            for k, row in enumerate(todo):
+                if limit is not None and not limit.may_check():
+                    log(limit.stop_line(len(todo) - k))
+                    break
                 t, cpu = time.monotonic(), cpu_seconds()
                 res = check_row(corpus, row, opts)
                 seconds = time.monotonic() - t
+                if limit is not None:
+                    limit.note("check", seconds)
                 record(row, *res, seconds, note=f"[check {seconds:.0f}s, cpu {cpu_seconds() - cpu:.0f}s]")
         else:
-            _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib)
+            _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib,
+                      time_limit=limit)
     j.close()
     Console().print(f"journal {journal}: {sum(counts.values())} kernels — {fmt()}", soft_wrap=True)
     return 0
@@ -482,8 +504,59 @@ def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
     return None
 
 
+class TimeLimit:
+    """An audit's time limit: which builds and checks may still start. A check may start while the
+    time left is at least the estimated length of a check; a build while the rows already built
+    or building are fewer than the checks the ``jobs`` check slots can still take after it
+    (``jobs`` x (time left - a build) / a check, less half a slot per running check: on average
+    half done). Estimates: the median of this run's finished builds and checks (3 or more), else
+    GUESS (the H200 audits' medians, stops 20-21: builds 33-63 s, checks 94-117 s wall).
+
+    ``seconds``: the limit, from now; ``jobs``: checks at once; ``clock``: seconds, monotonic."""
+
+    GUESS = {"build": 45.0, "check": 110.0}
+
+    def __init__(self, seconds: float, jobs: int, clock=time.monotonic):
+        self.clock, self.jobs = clock, jobs
+        self.end = clock() + seconds
+        self.seen: dict[str, list[float]] = {"build": [], "check": []}
+
+    def left(self) -> float:
+        """Seconds to the limit (negative past it)."""
+        return self.end - self.clock()
+
+    def note(self, stage: str, seconds: float) -> None:
+        """A finished build or check took ``seconds`` (wall)."""
+        self.seen[stage].append(seconds)
+
+    def estimate(self, stage: str) -> float:
+        """Seconds a build or check is expected to take."""
+        xs = sorted(self.seen[stage])
+        return xs[len(xs) // 2] if len(xs) >= 3 else self.GUESS[stage]
+
+    def may_check(self) -> bool:
+        return self.left() >= self.estimate("check")
+
+    def may_build(self, built_waiting: int, building: int, checking: int) -> bool:
+        """``built_waiting``: rows built and waiting for a check; ``building``: builds running;
+        ``checking``: checks running."""
+        after = self.left() - self.estimate("build")
+        if after < self.estimate("check"):
+            return False
+        return built_waiting + building < self.jobs * after / self.estimate("check") - checking / 2
+
+    def over(self) -> bool:
+        return self.left() <= 0
+
+    def stop_line(self, rows_left: int) -> str:
+        """The log line of an audit that stops early: none of its ``rows_left`` rows can end in time."""
+        return (f"time limit: {rows_left} row(s) left, none can end in the {max(self.left(), 0):.0f} s left "
+                f"(a check takes about {self.estimate('check'):.0f} s here); run the same command to go on")
+
+
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
-              gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0) -> None:
+              gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0,
+              time_limit: TimeLimit | None = None) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
@@ -499,7 +572,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     EXCLUSIVE_SHARE of one; memory read with nvidia-smi at most every 2 s),
     so fewer run out of memory beside others; smaller rows may pass one that does not fit yet
     (next_fitting). Builds are spread over the GPUs (their warm-up call
-    runs there). Processes end with this one (lifeline)."""
+    runs there). Processes end with this one (lifeline). ``time_limit``: what may still start
+    (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -571,6 +645,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
     try:
         while any(waiting.values()) or running:
+            if time_limit is not None and time_limit.over():
+                log(f"time limit reached: {sum(map(len, waiting.values()))} row(s) not started; "
+                    "the rows in flight are ended; run the same command to go on")
+                break
             alone_running = any(r[1] == "alone" for r in running.values())
             if drain[0] is not None and not waiting["alone"] and not alone_running:
                 drain[0] = None  # no row left to run alone: the GPU takes others again
@@ -594,6 +672,11 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     ahead = sum(not (one_gpu and whole(r)) for r in waiting["check"])
                     if stage == "build" and ahead + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break
+                    if time_limit is not None and not (
+                            time_limit.may_check() if stage != "build" else time_limit.may_build(
+                                ahead, sum(r[1] == "build" for r in running.values()),
+                                sum(r[1] != "build" for r in running.values()))):
+                        break  # it would not end within the time limit
                     kind = "check" if stage == "alone" else stage
                     q = waiting[stage]
                     if stage == "alone":
@@ -621,9 +704,14 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                                     daemon=True)
                     p.start()
                     running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+            if time_limit is not None and not running and not time_limit.may_check():
+                log(time_limit.stop_line(sum(map(len, waiting.values()))))
+                break  # nothing runs and nothing can start in time: end now, not at the limit
             for sentinel in mp_wait(list(running), timeout=1.0):
-                p, stage, row, out, gpu_used, *_ = running.pop(sentinel)
+                p, stage, row, out, gpu_used, started, _ = running.pop(sentinel)
                 p.join()
+                if time_limit is not None:
+                    time_limit.note("build" if stage == "build" else "check", time.monotonic() - started)
                 try:
                     with open(out) as f:
                         res = json.load(f)
@@ -640,8 +728,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 if stage == "build":
                     status, error, seconds, input_bytes, param_bytes, cpu = res
                     need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes, param_bytes))
-                    if status == "compile_error":
-                        record(row, None, "COMPILE_ERROR", error, seconds)
+                    if status in ("compile_error", "fault"):  # fault: the machine's (kverify.build.failed_build)
+                        record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:
                         built[row["id"]] = seconds
                         waiting["check"].append(row)

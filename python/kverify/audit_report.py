@@ -146,10 +146,7 @@ UNRECORDED_RULES = "before 2026-11-30"
 def _rules(kernel: dict) -> str:
     """The judging rules a journalled row was judged by (report meta.rules, kverify.check.RULES);
     UNRECORDED_RULES for rows judged before kverify recorded them."""
-    try:
-        return json.loads(kernel["report"])["meta"].get("rules") or UNRECORDED_RULES
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return UNRECORDED_RULES
+    return _meta(kernel, "rules") or UNRECORDED_RULES
 
 
 def _meta(kernel: dict, key: str):
@@ -164,9 +161,8 @@ def _gate_shape(kernel: dict) -> str:
     """Where a journalled row's small-shape gates ran (report meta.gate_shape, kverify.check._gate_shape):
     "small", or "own: <reason without its numbers and bindings>"; "not recorded" for rows judged
     before kverify recorded it."""
-    try:
-        shape = json.loads(kernel["report"])["meta"]["gate_shape"]
-    except (ValueError, KeyError, TypeError):
+    shape = _meta(kernel, "gate_shape")
+    if not isinstance(shape, dict):
         return "not recorded"
     if shape.get("binding"):
         return "small"

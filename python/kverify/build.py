@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kverify.journal import FAULT_PREFIX
+
 #: bump when the way extensions are built changes (invalidates every cached build)
 SCHEME = 1
 
@@ -90,7 +92,9 @@ class Precompiled:
     """Outcome of ``precompile``.
 
     status: "ok" (every extension built, or none asked for), "compile_error" (an extension failed
-    to build, even if the candidate caught it), "load_error" (the candidate cannot be loaded for
+    to build, even if the candidate caught it), "fault" (an extension failed to build for the
+    machine's reason, fastbuild.MACHINE_FAULT: a full disk, say; error starts with
+    kverify.journal.FAULT_PREFIX), "load_error" (the candidate cannot be loaded for
     another reason), "crash" / "timeout" (its process died or hung in the warm-up call).
     error: one line for the journal (the compiler's first error for compile_error).
     seconds: wall time of the step; builds: kverify_build.json (per extension: mode, ok, seconds).
@@ -150,7 +154,7 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
     # it loaded and its warm-up call (if any ran) returned, although an extension failed: it caught that
     failed = failed_build(builds, caught=status == "ok" and not raised)
     if failed:
-        status, error = "compile_error", failed
+        status, error = ("fault" if failed.startswith(FAULT_PREFIX) else "compile_error"), failed
     input_bytes = sum(math.prod(sp.shape) * getattr(torch, sp.dtype).itemsize for sp in specs if sp.kind == "tensor")
     param_bytes = 4 * (problem.parameter_numel() or 0)
     return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes, param_bytes)
@@ -167,10 +171,23 @@ def failed_build(builds: dict, caught: bool = False) -> str:
     failed to build and none built, so no kernel of the candidate ran (also when the candidate
     caught the failure and fell back to PyTorch: ``caught`` adds CAUGHT_MARK). A failed first try
     followed by another extension that built (a candidate's own second attempt) is not a compile
-    error. Form: "extension NAME failed to build[ (CAUGHT_MARK)]: <the compiler's first error>"."""
+    error. Form: "extension NAME failed to build[ (CAUGHT_MARK)]: <the compiler's first error>";
+    when a failed build was the machine's fault (fastbuild.MACHINE_FAULT), "FAULT_PREFIX: extension
+    NAME could not be built on this machine (...): ..." instead (the row is UNJUDGED, not
+    COMPILE_ERROR: kverify audit --redo-faults judges it again)."""
     failed = [(k, b) for k, b in sorted(builds.items()) if b.get("ok") is False]
     if not failed or any(b.get("ok") is True for b in builds.values()):
         return ""
+    from kverify._internal.fastbuild import MACHINE_FAULT
+
+    def machine(b: dict) -> str:  # also a record older than machine_fault whose error says so
+        m = MACHINE_FAULT.search(b.get("error", ""))
+        return b.get("machine_fault") or (m.group(0) if m else "")
+    faults = [(k, b) for k, b in failed if machine(b)]
+    if faults:  # it might have built on a sound machine: not judged
+        key, b = faults[0]
+        return (f"{FAULT_PREFIX}: extension {key.rsplit('-', 1)[0]} could not be built on this machine "
+                f"({machine(b)}): {b.get('error', '')}")[:500]
     key, b = failed[0]
     mark = f" ({CAUGHT_MARK})" if caught else ""
     return f"extension {key.rsplit('-', 1)[0]} failed to build{mark}: {b.get('error', '')}"[:500]

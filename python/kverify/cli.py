@@ -100,7 +100,8 @@ def cmd_audit(a) -> int:
                      gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
-                     row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale)
+                     row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale,
+                     time_limit=a.time_limit)
 
 
 def cmd_merge(a) -> int:
@@ -169,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                          "the build); gates it cuts short are ERROR (not "
                          "established), a row no gate failed is then UNJUDGED, and the row is journalled, so "
                          "short runs always move on (default: no limit)")
+    au.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="seconds this audit may take: no row's build or check starts that would not end "
+                         "within it (by this run's medians), and at the limit the rows in flight are ended, "
+                         "not journalled; run the same command to go on (default: no limit)")
     au.add_argument("--redo-budget", action="store_true",
                     help="check again every row with a gate that --row-budget cut short (in a longer run)")
     au.add_argument("--redo-faults", action="store_true",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from kverify._internal import CUDNN_ENV
 from kverify.build import build_env
 from kverify.errors import LoadError
 from kverify.journal import BUDGET_MARK
@@ -98,6 +99,7 @@ class Sandbox:
 
     def _env(self) -> dict:
         env = dict(os.environ)
+        env.pop(CUDNN_ENV, None)  # only the runs that ask for it (G11's racecheck) go without cuDNN
         env.update(build_env(self.candidate_source))  # content-addressed extension cache (kverify.build)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = "0"  # the same allocation sequence run to run (address-keyed defects)
@@ -121,7 +123,7 @@ class Sandbox:
 
     def cleanup(self) -> None:
         """Remove the work folder (kept when KVERIFY_KEEP=1, for debugging)."""
-        if os.environ.get("KVERIFY_KEEP") != "1":
+        if not _keep():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def prestart(self, tag: str = "gates", wrapper: list[str] | None = None, env: dict | None = None) -> None:
@@ -240,15 +242,16 @@ class Sandbox:
                 if line is None and wait < timeout:  # the deadline, not the job's timeout
                     self._kill(proc)
                     return self._out_of_budget(outcomes, k, len(jobs), str(log_path))
-                if line == f"done {k}":
-                    outcomes[k] = Outcome("ok", torch.load(jobdir / f"result_{k}.pt", weights_only=False),
-                                          log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
-                    t_job = time.monotonic()
-                    continue
-                if line is not None and line.startswith(f"fault {k} "):  # kverify's own failure in the worker:
-                    # a kverify fault ("error", as for an exception of kverify's there), never a finding
-                    outcomes[k] = Outcome("ok", {"error": json.loads(line[len(f"fault {k} "):])},
-                                          log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
+                if line == f"done {k}" or (line or "").startswith(f"fault {k} "):
+                    if line == f"done {k}":
+                        result = jobdir / f"result_{k}.pt"
+                        value = torch.load(result, weights_only=False)
+                        if not _keep():  # in memory now: a check of large outputs must not fill the disk
+                            result.unlink(missing_ok=True)
+                    else:  # kverify's own failure in the worker: a kverify fault ("error", as for an
+                        # exception of kverify's there), never a finding
+                        value = {"error": json.loads(line[len(f"fault {k} "):])}
+                    outcomes[k] = Outcome("ok", value, log=str(log_path), seconds=round(time.monotonic() - t_job, 3))
                     t_job = time.monotonic()
                     continue
                 if line is None:  # timed out
@@ -358,6 +361,11 @@ class _Lines:
 
     def close(self):
         os.close(self.fd)
+
+
+def _keep() -> bool:
+    """KVERIFY_KEEP=1: keep the work folder and the jobs' result files (debugging)."""
+    return os.environ.get("KVERIFY_KEEP") == "1"
 
 
 def describe_exit(rc: int) -> str:

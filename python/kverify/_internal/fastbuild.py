@@ -45,6 +45,7 @@ KVERIFY_NARROW_HEADERS=1 to try the (checked) narrow build first.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import inspect
@@ -67,7 +68,18 @@ _BUILD_ERROR = "Error building extension"
 _state_cache: dict | None = None
 
 
+#: a build's first compiler error (first_compiler_error, not the echoed source around it) that says
+#: the machine could not take its output: the machine's failure, not the candidate's (the H200
+#: audit, stop 21: "catastrophic error: error while writing generated C++ file: No space left on
+#: device", "fatal error: when writing output to /tmp/tmpxft_...: Invalid argument", both while the
+#: disk was full). Never recorded as diagnosed nor replayed from the record, so a later run builds again.
+MACHINE_FAULT = re.compile(r"No space left on device|Disk quota exceeded|error while writing|when writing output to")
 _DIAGNOSTIC = re.compile(r"(:\d+(:\d+)?: (fatal )?error\b|\(\d+\): (catastrophic )?error\b|undefined reference|cannot find -l)")
+
+
+def _without(entry: dict, key: str) -> dict:
+    """``entry`` less ``key`` (a build record's facts of an earlier attempt that no longer hold)."""
+    return {k: v for k, v in entry.items() if k != key}
 
 
 def first_compiler_error(text: str) -> str:
@@ -270,7 +282,8 @@ def install() -> None:
         key = f"{name}-{hashlib.sha256(json.dumps(args, sort_keys=True, default=repr).encode()).hexdigest()[:12]}"
         root.mkdir(parents=True, exist_ok=True)
         entry = read_state(root).get(key, {})
-        if entry.get("ok") is False and entry.get("diagnosed"):  # a compiler diagnostic, not a killed build
+        if entry.get("ok") is False and entry.get("diagnosed") and not MACHINE_FAULT.search(entry.get("error", "")):
+            # a compiler diagnostic, not a killed build nor a full disk (records older than MACHINE_FAULT)
             raise RuntimeError(f"{_BUILD_ERROR} '{name}' (kverify: this build failed before): {entry['error']}")
         tiers = _tiers(args, cpp)
         modes = [m for m, _ in tiers]
@@ -296,14 +309,25 @@ def install() -> None:
                 with _BuildLock(folder), _parallel_nvcc(cpp, enabled=not last), \
                         _checked_headers(inc if mode == "narrow" else None):
                     mod = original(**call)
+            except OSError as e:  # torch's own writes (sources, build.ninja) on a full disk: the machine's
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    try:
+                        _record(root, key, {**_without(entry, "machine_fault"), "mode": mode, "ok": False,
+                                            "error": f"{type(e).__name__}: {e}", "diagnosed": False,
+                                            "machine_fault": os.strerror(e.errno)})
+                    except OSError:
+                        pass  # nothing can be written: the row's check then fails to load, not judged
+                raise
             except Exception as e:
                 if _BUILD_ERROR not in str(e):
                     raise
                 err = first_compiler_error(str(e))
                 # the fast build without a precompiled header and CUDA sources is the stock build
                 if last or (mode == "fast" and pch is None and not args.get("cuda_sources")):
-                    _record(root, key, {**entry, "mode": mode, "ok": False, "error": err,
-                                        "diagnosed": bool(_DIAGNOSTIC.search(err)),
+                    fault = MACHINE_FAULT.search(err)
+                    _record(root, key, {**_without(entry, "machine_fault"), "mode": mode, "ok": False, "error": err,
+                                        "diagnosed": bool(_DIAGNOSTIC.search(err)) and not fault,
+                                        **({"machine_fault": fault.group(0)} if fault else {}),
                                         "seconds": round(time.monotonic() - t0, 3)})
                     raise
                 entry = {**entry, f"{mode}_error": err, f"{mode}_seconds": round(time.monotonic() - t0, 3)}
