@@ -4,7 +4,7 @@
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
 # Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n, or i/n,j/n,... : shards in turn,
 # each resuming its journal from results/audit/shards/ if there, the next one started while at
-# least 60 s of AUDIT_S are left. Journals and logs under $OUT. On
+# least 180 s of AUDIT_S are left (a build and a check). Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
@@ -16,6 +16,8 @@
 # The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
 # the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
 source "$(dirname "$0")/device_common.sh"
+[ -n "${SHARD:-}" ] || { echo "SHARD=i/n[,j/n...] is needed"; exit 2; }
+[ -z "${REDO_FILE:-}" ] || [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
   # CONTROLS_ONLY=g11 (say): only the controls whose name contains it
@@ -36,12 +38,11 @@ t_audit=$(date +%s)
 : > "$OUT/audit.log"
 redo=${REDO:-}  # the first shard's rows
 for shard in ${SHARD//,/ }; do  # SHARD=1/8,2/8: the next shard takes the time the one before left
-  if [ -n "${REDO_FILE:-}" ]; then  # this shard's lines (ids joined by commas; CR stripped)
-    [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
-    redo=$(awk -v s="$shard" '$1 == s {sub(/\r$/, "", $2); printf "%s%s", sep, $2; sep = ","}' "$REDO_FILE")
-  fi
+  # this shard's lines: the fields after the shard joined (spaces after commas, CR, BOM dropped)
+  [ -n "${REDO_FILE:-}" ] && redo=$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, "")} $1 == s {ids = ""
+      for (i = 2; i <= NF; i++) ids = ids $i; sub(/\r$/, "", ids); printf "%s%s", sep, ids; sep = ","}' "$REDO_FILE")
   left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))
-  [ "$left" -ge 60 ] || break
+  [ "$left" -ge 180 ] || break  # less than a build and a check: the audit would start nothing
   J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
   [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
   if [ -n "$redo" ]; then
@@ -62,6 +63,7 @@ print(",".join(i for i in sys.argv[2].split(",") if i in old))
 PY
 )
   fi
+  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
   echo "=== shard $shard, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
   # --time-limit: the audit starts nothing that cannot end in the time left and stops at it; the
   # timeout is a backstop. --foreground: TERM goes to the audit alone (not its process group),

@@ -852,9 +852,16 @@ def test_a_time_limit_starts_only_what_can_end_in_time():
     assert not t.may_check() and not t.may_build(0, 0, 0)
     now[0] = 300.0  # 300 s left: a check may start; after a 45 s build, 4 x 255/200 = 5.1 checks
     assert t.may_check() and t.may_build(5, 0, 0) and not t.may_build(6, 0, 0) and not t.may_build(5, 0, 1)
-    assert "none can end in the 300 s left" in t.stop_line(7) and not t.over()
+    assert "none can end in the 300 s left (this run's 3 check(s) took 200 s" in t.stop_line(7) and not t.over()
     now[0] = 600.0
-    assert t.over()
+    assert t.over() and not t.may_check(idle=True) and not t.may_build(0, 0, 0)
+    # nothing measured yet: one check (one build) may start when none runs, whatever the guess,
+    # given MIN_ROW_S
+    u = TimeLimit(50, jobs=2, clock=lambda: now[0])
+    assert not u.may_check() and u.may_check(idle=True) and u.may_build(0, 0, 0) and not u.may_build(0, 1, 0)
+    assert "a check is guessed at 110 s" in u.stop_line(1)
+    now[0] = 645.0  # 5 s left: not even the first row
+    assert not u.may_check(idle=True) and not u.may_build(0, 0, 0)
 
 
 @pytest.mark.parametrize("mode", [[], ["--jobs", "2", "--compile-jobs", "1"]])
@@ -863,10 +870,25 @@ def test_an_audit_whose_time_limit_fits_no_row_stops_at_once_and_journals_nothin
     so, journals nothing and leaves the journal to resume; a bad limit is a usage error."""
     j = tmp_path / "j.sqlite"
     t = time.monotonic()
-    r = audit(corpus, j, "--time-limit", "20", *mode)
+    r = audit(corpus, j, "--time-limit", "5", *mode)
     assert time.monotonic() - t < 60
-    assert "time limit: 5 row(s) left, none can end" in r.stderr, r.stderr
+    assert re.search(r"time limit: 5 row\(s\) left, none can end in the [45] s left", r.stderr), r.stderr
     assert committed(j) == 0
     bad = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "k.sqlite"),
                           "--device", "cpu", "--time-limit", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--time-limit must be a positive number of seconds" in bad.stderr
+
+
+def test_a_redo_that_a_time_limit_stopped_is_pending_and_checked_first_by_the_same_command(corpus, whole, tmp_path):
+    """--redo takes rows out first; a run stopped before them leaves them forgotten. The same
+    command again does not fail on them ("no journalled row") but checks them, first."""
+    import shutil
+    j = tmp_path / "j.sqlite"
+    shutil.copy(whole, j)
+    audit(corpus, j, "--redo", "ex/g07_inplace", "--time-limit", "5")
+    assert committed(j) == committed(whole) - 1
+    r = audit(corpus, j, "--redo", "ex/g07_inplace")
+    assert "1 row(s) an earlier --redo took out and did not check again are checked first" in r.stderr, r.stderr
+    assert committed(j) == committed(whole)
+    with sqlite3.connect(j) as db:
+        assert db.execute("SELECT COUNT(*) FROM forgotten WHERE id = 'ex/g07_inplace'").fetchone()[0] == 1

@@ -197,7 +197,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         time_limit: seconds this call may take from the start of its first row (None: no limit):
             no row's build or check starts that would not end within it by this run's estimates
             (TimeLimit), and at the limit the rows in flight are ended and logged, not journalled
-            (the same command resumes). Returns 0 then too; the log says it stopped.
+            (the same command resumes). Returns 0 then too; the log says it stopped. One row at a
+            time (``jobs`` 1, no ``compile_jobs``) the row in flight runs in this process and
+            ends on its own: the limit only keeps the next one from starting.
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
@@ -246,6 +248,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     again = sorted(set(list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
                        + ([x for x in j.budget_cut() if x in selected] if redo_budget else [])
                        + ([x for x in j.stale(RULES) if x in selected] if redo_stale else [])))
+    pending = j.pending() & selected  # forgotten by an earlier --redo that stopped before them: to do anyway
+    again = [x for x in again if x not in pending]
     missing = sorted(set(again) - j.done())
     if missing:  # before anything is written
         raise UsageError(f"{journal}: --redo: no journalled row has the id(s) {', '.join(missing)}")
@@ -255,14 +259,18 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     if redo_stale or redo_faults or redo_budget or redo:
         Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
                                    markup=False, highlight=False)
+    if pending:
+        Console(stderr=True).print(f"{len(pending)} row(s) an earlier --redo took out and did not check again "
+                                   "are checked first", soft_wrap=True, markup=False, highlight=False)
     if again:
         j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else "")
                  + ("-stale" if redo_stale else ""))
     done = j.done()
     todo = [r for r in rows if r.get("id") not in done]
-    # the rows to check again first: forgotten now, a run stopped before them would leave them out
-    # of the journal until one that reaches them (they are in its forgotten table meanwhile)
-    todo.sort(key=lambda r: r.get("id") not in again)
+    # the rows to check again first (also those an earlier --redo forgot and did not reach): a run
+    # that stops before them leaves them out of the journal until one reaches them
+    first = set(again) | pending
+    todo.sort(key=lambda r: r.get("id") not in first)
     if len(todo) < len(rows):  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
         Console(stderr=True).print(f"{journal}: {len(rows) - len(todo)} of this run's {len(rows)} row(s) already "
                                    f"journalled, skipped; {len(todo)} to check", soft_wrap=True, markup=False,
@@ -295,7 +303,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         limit = TimeLimit(time_limit, jobs) if time_limit is not None else None
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
             for k, row in enumerate(todo):
-                if limit is not None and not limit.may_check():
+                if limit is not None and not limit.may_check(idle=True):
                     log(limit.stop_line(len(todo) - k))
                     break
                 t, cpu = time.monotonic(), cpu_seconds()
@@ -509,12 +517,19 @@ class TimeLimit:
     time left is at least the estimated length of a check; a build while the rows already built
     or building are fewer than the checks the ``jobs`` check slots can still take after it
     (``jobs`` x (time left - a build) / a check, less half a slot per running check: on average
-    half done). Estimates: the median of this run's finished builds and checks (3 or more), else
-    GUESS (the H200 audits' medians, stops 20-21: builds 33-63 s, checks 94-117 s wall).
+    half done). Estimates: the median of this run's finished builds and checks, else GUESS (the
+    H200 audits' medians, stops 20-21: builds 33-63 s, checks 94-117 s wall). Until a check has
+    finished, one row may start whatever the guess says while nothing of it is under way (a
+    check: none running, ``idle``; a build: nothing built, building or checking) and at least
+    MIN_ROW_S are left, so that a run on a faster machine, or with a short limit, still measures
+    and makes progress.
 
     ``seconds``: the limit, from now; ``jobs``: checks at once; ``clock``: seconds, monotonic."""
 
     GUESS = {"build": 45.0, "check": 110.0}
+    #: no row is started with less time left than this, however fast rows may be (a check's
+    #: processes import torch: seconds each)
+    MIN_ROW_S = 10.0
 
     def __init__(self, seconds: float, jobs: int, clock=time.monotonic):
         self.clock, self.jobs = clock, jobs
@@ -532,14 +547,21 @@ class TimeLimit:
     def estimate(self, stage: str) -> float:
         """Seconds a build or check is expected to take."""
         xs = sorted(self.seen[stage])
-        return xs[len(xs) // 2] if len(xs) >= 3 else self.GUESS[stage]
+        return xs[len(xs) // 2] if xs else self.GUESS[stage]
 
-    def may_check(self) -> bool:
-        return self.left() >= self.estimate("check")
+    def _first(self) -> bool:
+        """No check has finished yet and there is time for one row at all."""
+        return not self.seen["check"] and self.left() >= self.MIN_ROW_S
+
+    def may_check(self, idle: bool = False) -> bool:
+        """``idle``: no check is running."""
+        return (idle and self._first()) or self.left() >= self.estimate("check")
 
     def may_build(self, built_waiting: int, building: int, checking: int) -> bool:
         """``built_waiting``: rows built and waiting for a check; ``building``: builds running;
         ``checking``: checks running."""
+        if built_waiting + building + checking == 0 and self._first():
+            return True  # nothing to measure by yet: one row goes
         after = self.left() - self.estimate("build")
         if after < self.estimate("check"):
             return False
@@ -550,8 +572,11 @@ class TimeLimit:
 
     def stop_line(self, rows_left: int) -> str:
         """The log line of an audit that stops early: none of its ``rows_left`` rows can end in time."""
+        n = len(self.seen["check"])
+        how = (f"this run's {n} check(s) took {self.estimate('check'):.0f} s at the median" if n
+               else f"a check is guessed at {self.estimate('check'):.0f} s")
         return (f"time limit: {rows_left} row(s) left, none can end in the {max(self.left(), 0):.0f} s left "
-                f"(a check takes about {self.estimate('check'):.0f} s here); run the same command to go on")
+                f"({how}); run the same command with more time to go on")
 
 
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
@@ -673,7 +698,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     if stage == "build" and ahead + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break
                     if time_limit is not None and not (
-                            time_limit.may_check() if stage != "build" else time_limit.may_build(
+                            time_limit.may_check(idle=not any(r[1] != "build" for r in running.values()))
+                            if stage != "build" else time_limit.may_build(
                                 ahead, sum(r[1] == "build" for r in running.values()),
                                 sum(r[1] != "build" for r in running.values()))):
                         break  # it would not end within the time limit
@@ -704,7 +730,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                                     daemon=True)
                     p.start()
                     running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
-            if time_limit is not None and not running and not time_limit.may_check():
+            if time_limit is not None and not running:  # with nothing running only the limit holds rows back
                 log(time_limit.stop_line(sum(map(len, waiting.values()))))
                 break  # nothing runs and nothing can start in time: end now, not at the limit
             for sentinel in mp_wait(list(running), timeout=1.0):

@@ -111,6 +111,10 @@ class Journal:
         """Ids of kernels already recorded."""
         return {r[0] for r in self.db.execute("SELECT id FROM kernels")}
 
+    def pending(self) -> set[str]:
+        """Ids forgotten (``--redo``) and not recorded again yet: a run that stopped before them."""
+        return {r[0] for r in self.db.execute("SELECT id FROM forgotten")} - self.done()
+
     def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
         """Write one kernel and its gates atomically. ``row`` is the corpus row (id, source_repo,
         level, problem_name, problem_version, backend, harness.gpu)."""
