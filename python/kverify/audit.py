@@ -668,6 +668,16 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         if waiting["build"] or any(r[1] == "build" for r in running.values()):
             return True
         return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
+    def in_time(stage: str, ahead: int) -> bool:
+        """May a process of ``stage`` start within the time limit (TimeLimit; ``ahead``: rows
+        built and waiting for a check)?"""
+        if time_limit is None:
+            return True
+        building = sum(r[1] == "build" for r in running.values())
+        checking = len(running) - building
+        if stage == "build":
+            return time_limit.may_build(ahead, building, checking)
+        return time_limit.may_check(idle=checking == 0)
     try:
         while any(waiting.values()) or running:
             if time_limit is not None and time_limit.over():
@@ -697,11 +707,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     ahead = sum(not (one_gpu and whole(r)) for r in waiting["check"])
                     if stage == "build" and ahead + sum(r[1] == "build" for r in running.values()) >= 2 * jobs:
                         break
-                    if time_limit is not None and not (
-                            time_limit.may_check(idle=not any(r[1] != "build" for r in running.values()))
-                            if stage != "build" else time_limit.may_build(
-                                ahead, sum(r[1] == "build" for r in running.values()),
-                                sum(r[1] != "build" for r in running.values()))):
+                    if not in_time(stage, ahead):
                         break  # it would not end within the time limit
                     kind = "check" if stage == "alone" else stage
                     q = waiting[stage]

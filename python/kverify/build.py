@@ -178,16 +178,14 @@ def failed_build(builds: dict, caught: bool = False) -> str:
     failed = [(k, b) for k, b in sorted(builds.items()) if b.get("ok") is False]
     if not failed or any(b.get("ok") is True for b in builds.values()):
         return ""
-    from kverify._internal.fastbuild import MACHINE_FAULT
+    from kverify._internal.fastbuild import machine_fault
 
-    def machine(b: dict) -> str:  # also a record older than machine_fault whose error says so
-        m = MACHINE_FAULT.search(b.get("error", ""))
-        return b.get("machine_fault") or (m.group(0) if m else "")
-    faults = [(k, b) for k, b in failed if machine(b)]
+    faults = [(k, b, machine_fault(b.get("error", ""))) for k, b in failed]
+    faults = [f for f in faults if f[2]]
     if faults:  # it might have built on a sound machine: not judged
-        key, b = faults[0]
+        key, b, why = faults[0]
         return (f"{FAULT_PREFIX}: extension {key.rsplit('-', 1)[0]} could not be built on this machine "
-                f"({machine(b)}): {b.get('error', '')}")[:500]
+                f"({why}): {b.get('error', '')}")[:500]
     key, b = failed[0]
     mark = f" ({CAUGHT_MARK})" if caught else ""
     return f"extension {key.rsplit('-', 1)[0]} failed to build{mark}: {b.get('error', '')}"[:500]

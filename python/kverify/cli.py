@@ -172,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                          "short runs always move on (default: no limit)")
     au.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="seconds this audit may take: no row's build or check starts that would not end "
-                         "within it (by this run's medians), and at the limit the rows in flight are ended, "
-                         "not journalled; run the same command to go on (default: no limit)")
+                         "within it (by this run's medians; before its first check, a guess, but one row "
+                         "starts when 10 s are left), and at the limit the rows in flight are ended, not "
+                         "journalled (with --jobs 1 and no --compile-jobs the row in flight finishes); run "
+                         "the same command to go on (default: no limit)")
     au.add_argument("--redo-budget", action="store_true",
                     help="check again every row with a gate that --row-budget cut short (in a longer run)")
     au.add_argument("--redo-faults", action="store_true",

@@ -77,6 +77,14 @@ MACHINE_FAULT = re.compile(r"No space left on device|Disk quota exceeded|error w
 _DIAGNOSTIC = re.compile(r"(:\d+(:\d+)?: (fatal )?error\b|\(\d+\): (catastrophic )?error\b|undefined reference|cannot find -l)")
 
 
+def machine_fault(error: str) -> str:
+    """The MACHINE_FAULT phrase in a recorded build error ("" when the error is the candidate's):
+    one test for the record, its replay and kverify.build.failed_build (also records written
+    before MACHINE_FAULT existed, and torch's own OSError, whose message holds the strerror)."""
+    m = MACHINE_FAULT.search(error or "")
+    return m.group(0) if m else ""
+
+
 def _without(entry: dict, key: str) -> dict:
     """``entry`` less ``key`` (a build record's facts of an earlier attempt that no longer hold)."""
     return {k: v for k, v in entry.items() if k != key}
@@ -282,7 +290,7 @@ def install() -> None:
         key = f"{name}-{hashlib.sha256(json.dumps(args, sort_keys=True, default=repr).encode()).hexdigest()[:12]}"
         root.mkdir(parents=True, exist_ok=True)
         entry = read_state(root).get(key, {})
-        if entry.get("ok") is False and entry.get("diagnosed") and not MACHINE_FAULT.search(entry.get("error", "")):
+        if entry.get("ok") is False and entry.get("diagnosed") and not machine_fault(entry.get("error", "")):
             # a compiler diagnostic, not a killed build nor a full disk (records older than MACHINE_FAULT)
             raise RuntimeError(f"{_BUILD_ERROR} '{name}' (kverify: this build failed before): {entry['error']}")
         tiers = _tiers(args, cpp)
@@ -313,7 +321,9 @@ def install() -> None:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     try:
                         _record(root, key, {**_without(entry, "machine_fault"), "mode": mode, "ok": False,
-                                            "error": f"{type(e).__name__}: {e}", "diagnosed": False,
+                                            # the strerror in the text: machine_fault finds it there
+                                            "error": f"{type(e).__name__}: {os.strerror(e.errno)}: {e}",
+                                            "diagnosed": False,
                                             "machine_fault": os.strerror(e.errno)})
                     except OSError:
                         pass  # nothing can be written: the row's check then fails to load, not judged
@@ -324,10 +334,10 @@ def install() -> None:
                 err = first_compiler_error(str(e))
                 # the fast build without a precompiled header and CUDA sources is the stock build
                 if last or (mode == "fast" and pch is None and not args.get("cuda_sources")):
-                    fault = MACHINE_FAULT.search(err)
+                    fault = machine_fault(err)
                     _record(root, key, {**_without(entry, "machine_fault"), "mode": mode, "ok": False, "error": err,
                                         "diagnosed": bool(_DIAGNOSTIC.search(err)) and not fault,
-                                        **({"machine_fault": fault.group(0)} if fault else {}),
+                                        **({"machine_fault": fault} if fault else {}),
                                         "seconds": round(time.monotonic() - t0, 3)})
                     raise
                 entry = {**entry, f"{mode}_error": err, f"{mode}_seconds": round(time.monotonic() - t0, 3)}

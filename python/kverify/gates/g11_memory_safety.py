@@ -21,7 +21,7 @@ racecheck runs with PyTorch's cuDNN off (NO_CUDNN_TOOLS): on the H200 (stop 21) 
 with "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception" inside cuDNN
 convolutions (PyTorch's cudnn_convolution and cudnn_convolution_transpose), for the reference models
 of 4 corpus rows alone, no candidate code at all, with a kernel filter that matched no kernel; with
-cuDNN off all 4 ran clean, and so did G11 on 3 rows that had failed it through that error. Its
+cuDNN off all 4 ran clean, and so did G11 on 3 rows that had failed it through that error. cuDNN's
 kernels are not the ones racecheck checks; the candidate's own kernels run unchanged. An internal
 error of the tool that names no finding leaves the tool unfinished, never a finding (_INTERNAL).
 initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on every kernel, a bare
@@ -244,7 +244,8 @@ def start(ctx: Context):
         if tool in NO_CUDNN_TOOLS:
             rec["cudnn"] = "off"
         if internal and not errors:  # the tool itself failed (_INTERNAL): what came after it is unchecked
-            rec.update(unfinished=f"compute-sanitizer's own error, no finding: {internal[0][10:170]}")
+            said = internal[0].removeprefix("========= ")[:160]
+            rec.update(unfinished=f"compute-sanitizer's own error, no finding: {said}")
         elif o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
             rec.update(unfinished=f"did not finish in {SANITIZER_TIMEOUT:.0f} s")
         elif o.status == "budget" and not errors:  # the check's budget (Sandbox.budget) came first
