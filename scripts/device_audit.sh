@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One device call: build kverify, optionally re-run `kverify controls --device cuda` (CONTROLS=1)
-# and the G05 evidence of one twin, then audit one shard of the corpus until AUDIT_S seconds
+# and the G05 evidence of one twin, then audit shards of the corpus until AUDIT_S seconds
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
-# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n, or i/n,j/n,... : shards in turn,
-# each resuming its journal from results/audit/shards/ if there, the next one started while at
-# least 180 s of AUDIT_S are left (a build and a check). Journals and logs under $OUT. On
+# Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n, or i/n,j/n,... : those shards by one
+# `kverify audit --shard` (in that order, the next one's rows filling the GPUs while one's last rows
+# end), each resuming its journal from results/audit/shards/ if there. Journals and logs under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
-# REDO=ID[,ID...] checks those journalled rows of the first shard again (kverify audit --redo); REDO_STALE=1 every row
+# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo); REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
-# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), instead of REDO: those journalled in
+# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO: those journalled in
 # the shard and not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
 # without a report, e.g. COMPILE_ERROR, always).
 # The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
@@ -36,50 +36,55 @@ sampler=$!
 export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
 t_audit=$(date +%s)
 : > "$OUT/audit.log"
-redo=${REDO:-}  # the first shard's rows
-for shard in ${SHARD//,/ }; do  # SHARD=1/8,2/8: the next shard takes the time the one before left
-  # this shard's lines: the fields after the shard joined (spaces after commas, CR, BOM dropped)
-  [ -n "${REDO_FILE:-}" ] && redo=$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, "")} $1 == s {ids = ""
-      for (i = 2; i <= NF; i++) ids = ids $i; sub(/\r$/, "", ids); printf "%s%s", sep, ids; sep = ","}' "$REDO_FILE")
-  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))
-  [ "$left" -ge 180 ] || break  # less than a build and a check: the audit would start nothing
+# every shard's journal resumes from results/audit/shards/ if there; the rows to judge again are
+# REDO's and each shard's line of REDO_FILE (fields after the shard joined; spaces after commas,
+# CR, BOM dropped), kept only where journalled and not judged by this kverify's rules yet or with
+# a gate record that is a kverify fault (a row judged again without one is not judged a third
+# time; one forgotten by a run that stopped before it is pending already and goes first anyway)
+redo=${REDO:-}
+for shard in ${SHARD//,/ }; do
   J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
   [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
-  if [ -n "$redo" ]; then
-    # only ids journalled here (one forgotten by a run that stopped before it is pending already)
-    # and not judged by this kverify's rules yet or with a gate record that is a kverify fault (a
-    # row judged again without one is not judged a third time)
-    redo=$(python3 - "$J" "$redo" <<'PY'
+  [ -n "${REDO_FILE:-}" ] && redo="$redo${redo:+,}$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, "")} $1 == s {ids = ""
+      for (i = 2; i <= NF; i++) ids = ids $i; sub(/\r$/, "", ids); printf "%s%s", sep, ids; sep = ","}' "$REDO_FILE")"
+done
+redo=${redo%,}
+if [ -n "$redo" ]; then
+  redo=$(python3 - "$redo" "$OUT"/audit_shard_*.sqlite <<'PY'
 import json, os, sqlite3, sys
 from kverify.check import RULES
 old = set()
-if os.path.exists(sys.argv[1]):
-    db = sqlite3.connect(sys.argv[1])
+for path in filter(os.path.exists, sys.argv[2:]):  # a shard not begun has no journal (and the glob stays literal)
+    db = sqlite3.connect(path)
     for kid, report in db.execute("SELECT id, report FROM kernels"):
         if not report or (json.loads(report).get("meta") or {}).get("rules") != RULES:
             old.add(kid)
     old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%'")}
-print(",".join(i for i in sys.argv[2].split(",") if i in old))
+print(",".join(i for i in sys.argv[1].split(",") if i and i in old))
 PY
 )
-  fi
-  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
-  echo "=== shard $shard, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
-  # --time-limit: the audit starts nothing that cannot end in the time left and stops at it; the
-  # timeout is a backstop. --foreground: TERM goes to the audit alone (not its process group),
-  # which then has its checks write their stacks before it ends them
-  timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl --journal "$J" --shard "$shard" \
-    --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} >> "$OUT/audit.log" 2>&1
-  echo "audit of shard $shard rc=$? after $(( $(date +%s) - t0 )) s"
-  redo=
-  python3 - "$J" <<'PY'
-import sqlite3, statistics, sys
-db = sqlite3.connect(sys.argv[1])  # closing the last connection also checkpoints the WAL
-secs = [r[0] for r in db.execute("select seconds from kernels")]
-print(sys.argv[1].rsplit("/", 1)[-1], len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()))
-print("median seconds per kernel", statistics.median(secs) if secs else "n/a")
+fi
+left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
+echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
+[ "$left" -ge 60 ] || { echo "only $left s of AUDIT_S left after the setup: no audit"; kill "$sampler" 2>/dev/null; exit 2; }
+# one scheduler over all the shards, each row journalled in its shard's journal ({shard}): the next
+# shard's rows keep the GPUs busy while one shard's last rows end. --time-limit: the audit starts
+# nothing that cannot end in the time left and stops at it; the timeout is a backstop.
+# --foreground: TERM goes to the audit alone (not its process group), which then has its checks
+# write their stacks before it ends them
+timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl \
+  --journal "$OUT/audit_shard_{shard}.sqlite" --shard "$SHARD" \
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} >> "$OUT/audit.log" 2>&1
+echo "audit of shards $SHARD rc=$? after $(( $(date +%s) - t0 )) s"
+python3 - "$OUT"/audit_shard_*.sqlite <<'PY'
+import os, sqlite3, statistics, sys
+for path in filter(os.path.exists, sys.argv[1:]):  # none made (the audit failed first): the glob stays literal
+    db = sqlite3.connect(path)  # closing the last connection also checkpoints the WAL
+    secs = [r[0] for r in db.execute("select seconds from kernels")]
+    print(path.rsplit("/", 1)[-1], len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()),
+          "median seconds per kernel", statistics.median(secs) if secs else "n/a")
+    db.close()
 PY
-done
 kill "$sampler" 2>/dev/null
 tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
 python3 - "$OUT/audit.log" <<'PY'

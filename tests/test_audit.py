@@ -173,6 +173,30 @@ def test_shards_merge_to_the_whole(corpus, whole, tmp_path):
     assert merge(out, [a], stats) == 5 and stats == {"copied": 0, "already": len(ia)}  # again: nothing added, said
 
 
+def test_several_shards_in_one_run_each_write_their_own_journal(corpus, tmp_path):
+    """--shard 1/2,0/2 with a journal path holding {shard}: one scheduler, each row in its shard's
+    journal, the same records as one run per shard; a --redo names rows of any of them."""
+    one = {}
+    for i in (0, 1):
+        one[i] = tmp_path / f"one_{i}.sqlite"
+        audit(corpus, one[i], "--shard", f"{i}/2")
+    template = tmp_path / "j_{shard}.sqlite"
+    audit(corpus, template, "--shard", "1/2,0/2", "--jobs", "2", "--compile-jobs", "1")
+    both = {i: tmp_path / f"j_{i}-of-2.sqlite" for i in (0, 1)}
+    for i in (0, 1):
+        assert Journal(both[i]).rows() == Journal(one[i]).rows()
+    assert {r[0] for r in Journal(both[1]).rows()} == {"ex/g03_fmax", "ex/g07_inplace"}  # rows p with p % 2 == 1
+    r = audit(corpus, template, "--shard", "0/2,1/2", "--redo", "ex/g07_inplace")
+    assert "checking again 1 journalled row(s)" in r.stderr
+    assert f"{both[0]}: 3 of this run's 3 row(s) already journalled" in r.stderr, r.stderr
+    assert Journal(both[1]).rows() == Journal(one[1]).rows()
+    with sqlite3.connect(both[1]) as db:
+        assert db.execute("SELECT id FROM forgotten").fetchall() == [("ex/g07_inplace",)]
+        assert [json.loads(o)["shard"] for (o,) in db.execute("SELECT options FROM runs")] == ["1/2", "1/2"]
+    with sqlite3.connect(both[0]) as db:
+        assert db.execute("SELECT COUNT(*) FROM forgotten").fetchone()[0] == 0
+
+
 def test_bad_shard_is_usage_error(corpus, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                         "--shard", "2/2"], capture_output=True, text=True)
@@ -181,6 +205,11 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                         "--shard", "-1/2"], capture_output=True, text=True)
     assert r.returncode == 2 and "need 0 <= i < n" in r.stderr and "usage:" not in r.stderr, r.stderr
+    # several shards: one way of splitting, none twice, and a journal per shard ({shard} in the path)
+    for shards, words in (("0/2,1/3", "one n"), ("1/2,1/2", "named twice"), ("0/2,1/2", "{shard}"), (",", "i/n")):
+        r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
+                            "--shard", shards], capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr, (shards, r.stderr)
     assert not (tmp_path / "j").exists()
 
 

@@ -79,9 +79,9 @@ class FakeProcess:
         pass
 
 
-def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0):
+def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None):
     rnd = random.Random(seed)
-    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "check_s": rnd.uniform(5, 50), "oom_first": i in oom}
+    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
             for i in range(n)}
     w = World(spec)
 
@@ -99,7 +99,7 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0):
     monkeypatch.setattr(audit, "gpu_memory_mib", lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs})
     recorded = []
     audit._pipeline("corpus", [{"id": r} for r in spec], {}, jobs, compile_jobs,
-                    lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib)
+                    lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit)
     assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
     return w
 
@@ -185,3 +185,73 @@ def test_rows_waiting_for_the_others_do_not_hold_the_builds_back(monkeypatch, n,
     for and nothing runs again (review of stop 20: the fake clock ran out, 0 running)."""
     w = run(monkeypatch, n, ["0"], jobs, compile_jobs, 8, big=big)
     assert not overlaps([x for x in w.trace if x[2] == "check"], {f"r{i}" for i in big})
+
+
+@pytest.mark.parametrize("oom", [False, True])
+def test_on_several_gpus_a_row_booked_whole_soon_takes_one_emptied_gpu_while_the_others_go_on(monkeypatch, oom):
+    """Checks long enough that no GPU is ever idle: a row booked whole waits WHOLE_WAIT_S for an
+    idle GPU, then one GPU is emptied for it while the other keeps taking checks (H200 x2, stop 22:
+    it waited 300 s, then held both GPUs back until one emptied, and the call ended first). It
+    runs with the GPU to itself, not serially -- unless it ran out of memory so: then serially."""
+    w = run(monkeypatch, 60, ["0", "1"], 8, 4, 8, big={3}, oom={3} if oom else set(), check_s=(30, 90))
+    built = min(t for t, ev, kind, rid, *_ in w.trace if ev == "end" and kind == "build" and rid == "r3")
+    starts = [(t, gpu, serial) for t, ev, kind, rid, gpu, serial in w.trace if ev == "start" and kind == "check" and rid == "r3"]
+    first, gpu, serial = starts[0]
+    assert first <= built + audit.WHOLE_WAIT_S + 90 + 5  # the wait, then the longest check on its GPU
+    assert not serial and starts[-1][2] == oom and len(starts) == 1 + oom
+    assert not overlaps([x for x in w.trace if x[2] == "check"], {"r3"})
+    other = [t for t, ev, kind, rid, g, _ in w.trace if ev == "start" and kind == "check" and rid != "r3" and g != gpu]
+    assert any(built + audit.WHOLE_WAIT_S <= t <= first for t in other)  # the other GPU went on
+
+
+class Limit:
+    """A time limit that lets everything start but says whether a GPU may be emptied."""
+
+    def __init__(self, drain: bool):
+        self.drain = drain
+
+    def may_check(self, idle=False):
+        return True
+
+    def may_build(self, *a):
+        return True
+
+    def may_drain(self):
+        return self.drain
+
+    def over(self):
+        return False
+
+    def note(self, *a):
+        pass
+
+    def stop_line(self, n):
+        return ""
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_no_gpu_is_emptied_for_a_row_alone_when_the_time_limit_leaves_no_room(monkeypatch, drain):
+    """TimeLimit.may_drain False: no GPU is held back for the row re-run alone (a drain the call
+    could not use); it runs once a GPU is idle on its own. True: one GPU takes no new check from
+    the row's out-of-memory until it has run."""
+    w = run(monkeypatch, 40, ["0", "1"], 8, 4, 8, oom={2}, check_s=(30, 90), time_limit=Limit(drain))
+    oom_end = min(t for t, ev, kind, rid, *_ in w.trace if ev == "end" and kind == "check" and rid == "r2")
+    alone_t, alone_gpu = next((t, g) for t, ev, kind, rid, g, serial in w.trace if ev == "start" and serial)
+    held = [t for t, ev, kind, rid, g, serial in w.trace
+            if ev == "start" and kind == "check" and not serial and g == alone_gpu and oom_end < t < alone_t]
+    assert (not held) == drain
+    if not drain:  # nothing was held back: the row ran after the other checks had all started
+        assert alone_t >= max(t for t, ev, kind, rid, g, serial in w.trace if ev == "start" and kind == "check"
+                              and not serial)
+
+
+def test_many_rows_booked_whole_use_every_gpu_not_one_lane(monkeypatch):
+    """20 of 24 rows booked whole on 2 GPUs, checks of 60-90 s: the rows moved to the rows that
+    run alone still start on any GPU with no check running, so both GPUs take about half of them
+    (review of stop 22: through the one lane of the emptied GPU, 17 of 20 ran on one GPU and the
+    run took 1329 s instead of 866 s)."""
+    w = run(monkeypatch, 24, ["0", "1"], 8, 4, 8, big=set(range(20)), check_s=(60, 90))
+    starts = [g for t, ev, kind, rid, g, serial in w.trace if ev == "start" and kind == "check" and int(rid[1:]) < 20]
+    assert min(starts.count("0"), starts.count("1")) >= 7, starts
+    assert not overlaps([x for x in w.trace if x[2] == "check"], {f"r{i}" for i in range(20)})
+    assert max(t for t, *_ in w.trace) <= 900

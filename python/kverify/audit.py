@@ -70,6 +70,38 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
+#: In ``--journal``, replaced by a shard's "i-of-n": one journal per shard when ``--shard`` names several
+SHARD_FIELD = "{shard}"
+
+
+def parse_shards(spec: str | None) -> list[tuple[int, int]]:
+    """"i/n" or "i/n,j/n,..." -> [(i, n), ...] in the order given (None: [(0, 1)], the whole corpus).
+    Every shard splits the corpus the same way (one n) and none is named twice. Raises UsageError."""
+    if not spec:
+        return [(0, 1)]
+    parts = [s.strip() for s in spec.split(",") if s.strip()]
+    if not parts:
+        raise UsageError(f"--shard must look like i/n or i/n,j/n,..., got {spec!r}")
+    shards = [parse_shard(s) for s in parts]
+    if len({n for _, n in shards}) > 1:
+        raise UsageError(f"--shard {spec}: the shards must split the corpus the same way (one n)")
+    if len({i for i, _ in shards}) < len(shards):
+        raise UsageError(f"--shard {spec}: a shard is named twice")
+    return shards
+
+
+def shard_journal(journal: str, i: int, n: int, several: bool) -> str:
+    """The journal of shard ``i``/``n``: ``journal`` with SHARD_FIELD replaced by "i-of-n". Raises
+    UsageError when ``several`` shards are audited and ``journal`` has no SHARD_FIELD (they would
+    share one journal, which `kverify merge` could not split again)."""
+    if SHARD_FIELD in journal:
+        return journal.replace(SHARD_FIELD, f"{i}-of-{n}")
+    if several:
+        raise UsageError(f"--journal {journal}: --shard names several shards, so the journal path needs "
+                         f"{SHARD_FIELD} (replaced by each shard's i-of-n, e.g. audit_shard_{SHARD_FIELD}.sqlite)")
+    return journal
+
+
 def _failed_build(candidate_source: str, caught: bool) -> str:
     """kverify.build.failed_build of this candidate's recorded builds (``caught``: it loaded anyway)."""
     from kverify._internal.fastbuild import read_state
@@ -174,6 +206,11 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
+        shard: "i/n" (rows p with p % n == i), or several, "i/n,j/n,...", audited by one scheduler
+            in that order, each into its own journal: ``journal`` then contains SHARD_FIELD, replaced
+            by the shard's "i-of-n" (shard_journal). One run over several shards keeps the GPUs busy
+            where one shard's last rows would leave them idle (H200 audit, stop 22: a shard's last
+            2 rows took the last 4 minutes of a 10-minute call).
         jobs: rows checked at once (each check runs its candidate in its own workers).
         compile_jobs: rows precompiled at once ahead of the checks; 0 = no separate compile step
             (each check builds its candidate when it first loads it).
@@ -219,8 +256,12 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
     opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
             "budget": row_budget, "threads": cpu_threads(jobs, compile_jobs)}
-    i, n = parse_shard(shard)
+    shards = parse_shards(shard)
+    n = shards[0][1]
+    spec = ",".join(f"{i}/{n}" for i, _ in shards)
+    rank = {i: k for k, (i, _) in enumerate(shards)}  # the order the shards were named in
     rows = []
+    shard_of: dict[str, int] = {}  # row id -> its shard's i
     seen: dict[str, int] = {}
     for p, (line, r) in enumerate(iter_rows(corpus)):
         # CUDA-L1 records carry no id: the corpus file's name and the row's position are one (the
@@ -229,54 +270,107 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
             raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
         seen[r["id"]] = line
-        if p % n == i and (ids is None or r["id"] in ids):
+        if p % n in rank and (ids is None or r["id"] in ids):
             rows.append(r)
+            shard_of[r["id"]] = p % n
     if not seen:  # before the journal is made: nothing to audit is a mistake, not an empty result
         raise UsageError(f"{corpus}: no rows (an empty corpus)")
     if ids is not None and not rows:
-        raise UsageError(f"{corpus}: no row of shard {i}/{n} has the id(s) {', '.join(ids)}")
+        raise UsageError(f"{corpus}: no row of shard {spec} has the id(s) {', '.join(ids)}")
+    rows.sort(key=lambda r: rank[shard_of[r["id"]]])  # shard by shard, corpus order within each
     rows = rows[:limit] if limit else rows
-    j = Journal(journal)
+    paths = {i: shard_journal(str(journal), i, n, len(shards) > 1) for i, _ in shards}
+    if len(set(paths.values())) < len(paths):
+        raise UsageError(f"--journal {journal}: two shards would share one journal")
     selected = {r["id"] for r in rows}
     outside = sorted(set(redo or []) - selected)
     if outside:  # forgotten but never checked again: the row would just be gone from the journal
         raise UsageError(f"--redo {', '.join(outside)}: not among the rows this run audits "
-                         f"(shard {i}/{n}{', --limit' if limit else ''}{', --id' if ids else ''})")
+                         f"(shard {spec}{', --limit' if limit else ''}{', --id' if ids else ''})")
+    new = [p for p in paths.values() if not Path(p).exists()]  # made by this run: removed if it stops here
+    journals: dict[int, Journal] = {}
+    try:
+        for i, path in paths.items():
+            journals[i] = Journal(path)
+        again_of, pending, options = _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults,
+                                                     redo_budget, redo_stale, device, seed, gates, timeout,
+                                                     load_timeout, row_budget, jobs, compile_jobs)
+    except UsageError:
+        for j in journals.values():
+            j.close()
+        for made in new:  # an empty journal left behind would look like a begun audit
+            for f in (made, made + "-wal", made + "-shm"):
+                Path(f).unlink(missing_ok=True)
+        raise
+    for i, j in journals.items():
+        j.begin_run(options[i])
+    again = sorted(x for xs in again_of.values() for x in xs)
+    _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
+                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, time_limit)
+    return 0
+
+
+def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,
+                    seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
+    """run_audit's checks of every journal before any is written: the rows each run takes out to
+    check again (``again_of``, shard -> ids), the pending ones, and each journal's run options.
+    Raises UsageError (a --redo id not journalled, options that differ from the journal's)."""
     from kverify.check import RULES, resolve_device
     from kverify.gates import GATES
 
-    again = sorted(set(list(redo or []) + ([x for x in j.faults() if x in selected] if redo_faults else [])
-                       + ([x for x in j.budget_cut() if x in selected] if redo_budget else [])
-                       + ([x for x in j.stale(RULES) if x in selected] if redo_stale else [])))
-    pending = j.pending() & selected  # forgotten by an earlier --redo that stopped before them: to do anyway
-    again = [x for x in again if x not in pending]
-    missing = sorted(set(again) - j.done())
-    if missing:  # before anything is written
-        raise UsageError(f"{journal}: --redo: no journalled row has the id(s) {', '.join(missing)}")
-    j.begin_run({"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
-                 "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
-                 "compile_jobs": compile_jobs, "kverify": _version()})
+    again_of: dict[int, list[str]] = {}
+    pending: set[str] = set()
+    for i, j in journals.items():
+        mine = {x for x in selected if shard_of[x] == i}
+        again = set(redo or []) & mine
+        again |= {x for x in j.faults() if x in mine} if redo_faults else set()
+        again |= {x for x in j.budget_cut() if x in mine} if redo_budget else set()
+        again |= {x for x in j.stale(RULES) if x in mine} if redo_stale else set()
+        held = j.pending() & mine  # forgotten by an earlier --redo that stopped before them: to do anyway
+        again_of[i] = sorted(again - held)
+        pending |= held
+        missing = sorted(set(again_of[i]) - j.done())
+        if missing:
+            raise UsageError(f"{paths[i]}: --redo: no journalled row has the id(s) {', '.join(missing)}")
+    options = {i: {"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
+                   "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
+                   "compile_jobs": compile_jobs, "kverify": _version()} for i in journals}
+    for i, j in journals.items():
+        j.check_options(options[i])
+    return again_of, pending, options
+
+
+def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
+                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, time_limit) -> None:
+    """run_audit once its journals are checked and begun: take the --redo rows out, check every row
+    not journalled yet (those to check again first), and record each in its shard's journal."""
     if redo_stale or redo_faults or redo_budget or redo:
         Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
                                    markup=False, highlight=False)
     if pending:
         Console(stderr=True).print(f"{len(pending)} row(s) an earlier --redo took out and did not check again "
                                    "are checked first", soft_wrap=True, markup=False, highlight=False)
-    if again:
-        j.forget(again, "kverify audit --redo" + ("-faults" if redo_faults else "") + ("-budget" if redo_budget else "")
-                 + ("-stale" if redo_stale else ""))
-    done = j.done()
-    todo = [r for r in rows if r.get("id") not in done]
+    for i, j in journals.items():
+        if again_of[i]:
+            j.forget(again_of[i], "kverify audit --redo" + ("-faults" if redo_faults else "")
+                     + ("-budget" if redo_budget else "") + ("-stale" if redo_stale else ""))
+    done = {i: j.done() for i, j in journals.items()}
+    todo = [r for r in rows if r["id"] not in done[shard_of[r["id"]]]]
     # the rows to check again first (also those an earlier --redo forgot and did not reach): a run
     # that stops before them leaves them out of the journal until one reaches them
     first = set(again) | pending
-    todo.sort(key=lambda r: r.get("id") not in first)
-    if len(todo) < len(rows):  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
-        Console(stderr=True).print(f"{journal}: {len(rows) - len(todo)} of this run's {len(rows)} row(s) already "
-                                   f"journalled, skipped; {len(todo)} to check", soft_wrap=True, markup=False,
-                                   highlight=False)
+    todo.sort(key=lambda r: r["id"] not in first)
+    for i, path in paths.items():  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
+        mine = sum(shard_of[r["id"]] == i for r in rows)
+        left = sum(shard_of[r["id"]] == i for r in todo)
+        if left < mine:
+            Console(stderr=True).print(f"{path}: {mine - left} of this run's {mine} row(s) already journalled, "
+                                       f"skipped; {left} to check", soft_wrap=True, markup=False, highlight=False)
     counts = dict.fromkeys(CLASSES, 0)
-    counts.update({k: v for k, v in j.counts().items() if k in counts})
+    for j in journals.values():
+        for k, v in j.counts().items():
+            if k in counts:
+                counts[k] += v
     console = Console(stderr=True)
     cols = [TextColumn("[bold]audit"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[counts]}")]
@@ -291,7 +385,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
 
         def record(row, report, klass, reason, seconds, note: str = ""):
             nonlocal finished
-            j.record(row, report, klass, reason, round(seconds, 3))
+            journals[shard_of[row["id"]]].record(row, report, klass, reason, round(seconds, 3))
             counts[klass] = counts.get(klass, 0) + 1
             finished += 1
             bar.update(task, advance=1, counts=fmt(), rate=f"{finished / (time.monotonic() - t0) * 60:.1f}/min")
@@ -315,9 +409,12 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         else:
             _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib,
                       time_limit=limit)
-    j.close()
-    Console().print(f"journal {journal}: {sum(counts.values())} kernels — {fmt()}", soft_wrap=True)
-    return 0
+    for i, j in journals.items():
+        mine = dict.fromkeys(CLASSES, 0)
+        mine.update({k: v for k, v in j.counts().items() if k in mine})
+        j.close()
+        Console().print(f"journal {paths[i]}: {sum(mine.values())} kernels — "
+                        + " ".join(f"{k} {v}" for k, v in mine.items() if v or k in CLASSES[:3]), soft_wrap=True)
 
 
 def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: float) -> str:
@@ -512,6 +609,15 @@ def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
     return None
 
 
+#: On several GPUs, a row booked for a whole GPU (EXCLUSIVE_SHARE) that has waited this long since
+#: its build joins the rows that run alone: the GPU emptied for them takes it (not serially), and
+#: so does any other GPU found with no check running, while the other GPUs go on. Before, such a
+#: row waited next_fitting's patience and then held every GPU back until one emptied (H200 x2
+#: audit, stop 22: both GPUs drained for 2-3 minutes, one for a row re-run alone and one for a row
+#: booked whole, and the call ended before the latter started).
+WHOLE_WAIT_S = 120.0
+
+
 class TimeLimit:
     """An audit's time limit: which builds and checks may still start. A check may start while the
     time left is at least the estimated length of a check; a build while the rows already built
@@ -567,6 +673,11 @@ class TimeLimit:
             return False
         return built_waiting + building < self.jobs * after / self.estimate("check") - checking / 2
 
+    def may_drain(self) -> bool:
+        """May a GPU be emptied for rows that run alone: time for its running checks to end (about
+        a check) and then for one such row (a check)?"""
+        return self.left() >= 2 * self.estimate("check")
+
     def over(self) -> bool:
         return self.left() <= 0
 
@@ -591,7 +702,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     process until it is, then runs such rows one after another while the others go on; with one
     GPU (or no GPU list), where emptying it would stop every check, such rows and rows booked for
     a whole GPU wait until no other row is left to build or check, then run one at a time;
-    only what runs out of memory so is recorded so. With ``gpus`` and ``gpu_gib`` > 0 a
+    only what runs out of memory so is recorded so. On several GPUs a row booked for a whole GPU
+    that has waited WHOLE_WAIT_S since its build runs on the GPU emptied for these rows too, or on
+    any other with no check running (not serially); with a time limit no GPU is emptied when a
+    drain and a check would not end in time (TimeLimit.may_drain). With ``gpus`` and ``gpu_gib`` > 0 a
     check starts on a GPU only when it has room for it (gpu_with_room, with check_need_mib of the
     row's input and parameter bytes as measured by its build, a whole GPU when that is over
     EXCLUSIVE_SHARE of one; memory read with nvidia-smi at most every 2 s),
@@ -614,6 +728,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     drain: list = [None]  # the GPU reserved for rows that run alone ("*": all of them), None: none
     need_of: dict[str, int] = {}  # row id -> MiB of GPU memory to expect for its check (from its build)
     queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
+    whole_alone: set[str] = set()  # rows booked whole in waiting["alone"]: they run there, but not serially
 
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
@@ -668,6 +783,17 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         if waiting["build"] or any(r[1] == "build" for r in running.values()):
             return True
         return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
+    def start(stage: str, kind: str, row: dict, gpu: str | None, need: int, serial: bool) -> None:
+        """Start ``row``'s ``kind`` ("build" or "check") in a process of its own on ``gpu``;
+        ``stage``: the queue it came from ("build", "check", "alone": on the GPU emptied for it,
+        "whole": booked whole, on a GPU found with no check running)."""
+        nonlocal n
+        n += 1
+        out = str(tmp / f"{n}.json")
+        p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial), daemon=True)
+        p.start()
+        running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+
     def in_time(stage: str, ahead: int) -> bool:
         """May a process of ``stage`` start within the time limit (TimeLimit; ``ahead``: rows
         built and waiting for a check)?"""
@@ -684,18 +810,38 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 log(f"time limit reached: {sum(map(len, waiting.values()))} row(s) not started; "
                     "the rows in flight are ended; run the same command to go on")
                 break
+            if not one_gpu:  # rows booked whole that found no idle GPU in time: the emptied GPU takes them
+                now = time.monotonic()
+                for r in [r for r in waiting["check"] if whole(r) and now - queued.get(r["id"], now) >= WHOLE_WAIT_S]:
+                    waiting["check"].remove(r)
+                    waiting["alone"].append(r)
+                    whole_alone.add(r["id"])
+                    log(f"booked for a whole GPU, {WHOLE_WAIT_S:.0f} s waited: to run on the next GPU emptied "
+                        f"or found with no check: {r['id']}")
             alone_running = any(r[1] == "alone" for r in running.values())
             if drain[0] is not None and not waiting["alone"] and not alone_running:
                 drain[0] = None  # no row left to run alone: the GPU takes others again
             if waiting["alone"] and not alone_running and not (drain[0] is None and _later()):  # reserve a GPU to empty for them
+                # emptying a GPU costs the time its running checks take to end: not when the time
+                # limit leaves no room for that and a row after it (an idle GPU costs nothing)
+                may = time_limit is None or time_limit.may_drain()
                 if not gpus:
-                    drain[0] = "*"  # every process sees every GPU: all must empty
+                    if drain[0] is None and (may or not running):
+                        drain[0] = "*"  # every process sees every GPU: all must empty
                 else:  # an idle one if any (also when another was reserved), else the least busy
                     idle = [g for g in gpus if not any(r[4] == g for r in running.values())]
                     if idle and drain[0] not in idle:
                         drain[0] = idle[0]
-                    elif drain[0] is None:
+                    elif drain[0] is None and may:
                         drain[0] = pick_gpu(gpus, [r[4] for r in running.values()])
+            # rows booked whole among them also start on any other GPU with no check running
+            for g in [] if one_gpu else gpus:
+                row = next((r for r in waiting["alone"] if r["id"] in whole_alone), None)
+                if row is None or not in_time("check", 0):
+                    break
+                if g != drain[0] and not any(r[4] == g and r[1] != "build" for r in running.values()):
+                    waiting["alone"].remove(row)
+                    start("whole", "check", row, g, need_of.get(row["id"], 0), serial=False)
             for stage in ("alone", "check", "build"):
                 if stage == "alone":  # on the reserved GPU once nothing else runs there
                     if not waiting["alone"] or drain[0] is None or any(r[1] == "alone" for r in running.values()) or any(
@@ -730,12 +876,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                         i, need = 0, 0
                     row = q[i]
                     del q[i]
-                    n += 1
-                    out = str(tmp / f"{n}.json")
-                    p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, stage == "alone"),
-                                    daemon=True)
-                    p.start()
-                    running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+                    start(stage, kind, row, gpu, need, serial=stage == "alone" and row["id"] not in whole_alone)
             if time_limit is not None and not running:  # with nothing running only the limit holds rows back
                 log(time_limit.stop_line(sum(map(len, waiting.values()))))
                 break  # nothing runs and nothing can start in time: end now, not at the limit
@@ -752,7 +893,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     deaths[k] = deaths.get(k, 0) + 1
                     log(f"{stage} process of {row['id']} {describe_exit(p.exitcode)} (death {deaths[k]} of {attempts})")
                     if deaths[k] < attempts:
-                        waiting[stage].append(row)
+                        waiting["alone" if stage == "whole" else stage].append(row)
                     else:
                         record(row, None, "UNJUDGED", f"kverify's {stage} process for this row "
                                                       f"{describe_exit(p.exitcode)}, {attempts} times", 0.0)
@@ -772,11 +913,14 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 else:
                     report, klass, reason, seconds, cpu = res
                     where = oom_where(report, reason)
-                    if stage == "check" and (jobs > 1 or compile_jobs) and where:
-                        waiting["alone"].append(row)
+                    whole_run = stage in ("alone", "whole") and row["id"] in whole_alone  # alone, not serially
+                    whole_alone.discard(row["id"])
+                    if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
+                        waiting["alone"].append(row)  # serially this time
                         on = f" on GPU {gpu_used}" if gpu_used is not None else ""
-                        log(f"out of GPU memory ({where}) beside other checks{on}, to run again alone "
-                            f"once a GPU is empty: {row['id']}")
+                        log(f"out of GPU memory ({where}) with the GPU to itself{on}, to run again serially: {row['id']}"
+                            if whole_run else f"out of GPU memory ({where}) beside other checks{on}, to run again "
+                            f"alone once a GPU is empty: {row['id']}")
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
                            note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s" + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))

@@ -148,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     k.set_defaults(func=cmd_controls)
     au = sub.add_parser("audit", help="audit a corpus JSONL into a resumable journal")
     au.add_argument("corpus", help="corpus JSONL (corpus rows, or CUDA-L1 records with ref_code/custom_code)")
-    au.add_argument("--journal", required=True, help="SQLite journal to create or resume")
-    au.add_argument("--shard", default=None, help="i/n: this process audits rows p with p %% n == i")
-    au.add_argument("--limit", type=int, default=None, help="at most this many rows (of this shard)")
+    au.add_argument("--journal", required=True,
+                    help="SQLite journal to create or resume; with several shards a path containing {shard}, "
+                         "replaced by each shard's i-of-n (one journal per shard)")
+    au.add_argument("--shard", default=None,
+                    help="i/n: this process audits rows p with p %% n == i; i/n,j/n,...: these shards, in that "
+                         "order, by one scheduler (the next shard's rows fill the GPUs while one's last rows end)")
+    au.add_argument("--limit", type=int, default=None, help="at most this many rows (of these shards)")
     au.add_argument("--id", action="append", default=None, help="only these row ids (repeatable)")
     au.add_argument("--jobs", type=int, default=1, help="rows checked at once (default 1)")
     au.add_argument("--compile-jobs", type=int, default=0,

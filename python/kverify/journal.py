@@ -99,13 +99,18 @@ class Journal:
         UsageError, naming the journal and the option, when one of FIXED_OPTIONS differs from the
         journal's first recorded run (resume with the same ones, or use another journal); the
         others (timeouts, budget, shard, jobs) may change from run to run and are kept as given."""
+        self.check_options(options)
+        self.db.execute("INSERT INTO runs VALUES (?, ?)", (time.time(), json.dumps(options, sort_keys=True)))
+
+    def check_options(self, options: dict) -> None:
+        """begin_run's check alone, writing nothing (several journals are checked before any is
+        written). Raises UsageError as begin_run does."""
         was = _fixed(self)
         if was is not None:
             for k in FIXED_OPTIONS:
                 if k in was and was[k] != options.get(k):
                     raise UsageError(f"{self.path}: field '{k}': this journal was begun with {k} = {was[k]!r}, "
                                      f"this run has {options.get(k)!r}; resume with the same {k} or use a new journal")
-        self.db.execute("INSERT INTO runs VALUES (?, ?)", (time.time(), json.dumps(options, sort_keys=True)))
 
     def done(self) -> set[str]:
         """Ids of kernels already recorded."""
