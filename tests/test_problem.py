@@ -1,4 +1,5 @@
 """KernelBench loader: free dimensions, rebinding, input specs, load errors."""
+import re
 import time
 
 import pytest
@@ -278,6 +279,118 @@ def test_the_oracle_upcasts_tensors_kept_as_plain_attributes():
     m.alias = [m.weight, {"scale": torch.ones(1)}]
     d = fp64_copy(m)
     assert d.alias[0] is d.weight and d.alias[1]["scale"].dtype == torch.float64
+
+
+def test_the_oracle_rebinds_functions_that_close_over_the_model():
+    """minGPT's block (KernelBench L3 problem 44) keeps ``self.mlpf = lambda x: m.c_proj(m.c_fc(x))``
+    over its own ModuleDict ``m``: deepcopy shares the lambda, so the fp64 copy called the fp32
+    original and raised "mat1 and mat2 must have the same dtype" (CUDA-L1 L3 T44, H200, stop 22).
+    The copy's function runs over the copy's modules; the original's still over its own; a
+    function over nothing of the model is shared as it was."""
+    from kverify.problem import fp64_copy
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = torch.nn.ModuleDict({"fc": torch.nn.Linear(3, 4), "proj": torch.nn.Linear(4, 3)})
+            m = self.mlp
+            self.mlpf = lambda x: m["proj"](torch.relu(m["fc"](x)))
+            self.me = lambda x: self.mlp["fc"](x)  # over self
+            self.plain = lambda x: x * 2  # over nothing
+
+        def forward(self, x):
+            return self.mlpf(x) + self.plain(x) + self.me(x)[..., :3]
+
+    torch.manual_seed(0)
+    b = Block()
+    x = torch.randn(2, 3)
+    d = fp64_copy(b)
+    y = d(x.double())
+    assert y.dtype == torch.float64 and torch.allclose(y, b(x).double(), atol=1e-5)
+    assert d.plain is b.plain and d.mlpf is not b.mlpf and b(x).dtype == torch.float32
+    d.mlp["fc"].weight.data.zero_()  # the copy's lambdas read the copy's weights, the original's its own
+    assert not torch.allclose(d.mlpf(x.double()), b.mlpf(x).double())
+    assert torch.equal(d.me(x.double()), d.mlp["fc"].bias.expand(2, 4))
+
+
+def test_the_oracle_rebinds_buffers_tensors_defaults_nested_functions_and_partials():
+    """Review of stop 22: closures over a buffer or a plain tensor (replaced by double() and the
+    upcast, so deepcopy's copy was an fp32 orphan), a module captured as a default or keyword
+    default, a function calling another closure, functools.partial, and a private attribute: each
+    runs in fp64 over the copy's objects."""
+    import functools
+
+    from kverify.problem import fp64_copy
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.register_buffer("shift", torch.ones(3))
+            self.scale = torch.full((3,), 2.0)  # a plain tensor attribute
+            shift, scale, lin = self.shift, self.scale, self.lin
+            inner = lambda x: lin(x)  # noqa: E731
+            self.by_buffer = lambda x: x + shift
+            self.by_tensor = lambda x: x * scale
+            self.by_default = lambda x, m=lin: m(x)
+            self.by_kwdefault = lambda x, *, m=lin: m(x)
+            self.nested = lambda x: inner(x) * 2
+            self.part = functools.partial(torch.nn.functional.linear, weight=lin.weight, bias=lin.bias)
+            self._private = lambda x: lin(x)
+
+        def forward(self, x):
+            return (self.by_buffer(x) + self.by_tensor(x) + self.by_default(x) + self.by_kwdefault(x)
+                    + self.nested(x) + self.part(x) + self._private(x))
+
+    torch.manual_seed(0)
+    n = Net()
+    x = torch.randn(4, 3)
+    d = fp64_copy(n)
+    y = d(x.double())
+    assert y.dtype == torch.float64 and torch.allclose(y, n(x).double(), atol=1e-5)
+    for name in ("by_buffer", "by_tensor", "by_default", "by_kwdefault", "nested", "part", "_private"):
+        assert getattr(d, name)(x.double()).dtype == torch.float64, name
+    assert n(x).dtype == torch.float32 and n.by_default(x).dtype == torch.float32  # the original untouched
+
+
+def test_a_reference_whose_fp64_copy_fails_is_told_apart_from_one_that_fails(tmp_path):
+    """The journalled reason says which raised: the reference itself, or the float64 oracle after
+    the reference ran (a tensor made fp32 inside forward meets the fp64 input)."""
+    from kverify.check import check
+    from kverify.examples import ROOT
+
+    ref = (ROOT / "relu" / "reference.py").read_text()
+    cand = ref.replace("class Model(", "class ModelNew(")
+    mixed = ref.replace("return torch.relu(x)", "return torch.relu(x) @ torch.eye(x.shape[-1])")
+    broken = ref.replace("return torch.relu(x)", "raise RuntimeError('planted reference failure')")
+    for src, words in ((mixed, "the reference ran at its own shape but its float64 copy (the oracle) raised"),
+                       (broken, "the reference raised RuntimeError at its own shape: planted")):
+        with pytest.raises(LoadError, match=re.escape(words)):
+            check(src, str(tmp_path / "ref.py"), cand, str(tmp_path / "cand.py"), device="cpu", gates=["G01"],
+                  workdir=tmp_path / "work")
+
+
+def test_set_built_modes_puts_a_model_in_the_modes_it_was_constructed_in():
+    """G09's mode run: each submodule in the mode its constructor left it (a BatchNorm pinned to
+    eval stays so, the rest train; a model recorded before it was put in eval mode), training for
+    a model whose modes were never recorded."""
+    from kverify.problem import remember_modes, set_built_modes
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+            self.b.eval()
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    n = remember_modes(Net()).eval()
+    assert not any(m.training for m in n.modules())
+    set_built_modes(n)
+    assert n.training and n.a.training and not n.b.training
+    plain = set_built_modes(Net().eval())  # nothing recorded: training, as a fresh module
+    assert all(m.training for m in plain.modules())
 
 
 def test_a_cuda_candidate_on_a_torch_without_cuda_gets_kverifys_reason(monkeypatch):

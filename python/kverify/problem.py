@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 import math
 import sys
@@ -388,12 +389,13 @@ class Problem:
             return self.module.Model(*self.module.get_init_inputs())
 
     def reference_model(self, seed: int, device: str) -> torch.nn.Module:
-        """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed)."""
+        """Model(*get_init_inputs()) with weights drawn after torch.manual_seed(seed), in eval
+        mode, its modes as constructed recorded (remember_modes)."""
         with STATE_LOCK:
             init = self.init_inputs(seed)
             torch.manual_seed(seed)
             try:
-                return self.module.Model(*init).to(device).eval()
+                return remember_modes(self.module.Model(*init).to(device)).eval()
             except Exception as e:  # noqa: BLE001
                 raise LoadError(self.path, f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
 
@@ -427,27 +429,120 @@ def fp64_copy(model: torch.nn.Module) -> torch.nn.Module:
     the floating tensors its modules keep as plain attributes, alone or in (nested) lists, tuples
     and dicts (KernelBench's ``self.h0 = torch.randn(...)`` beside an nn.GRU or nn.LSTM:
     Module.double() leaves it float32, and the fp64 GRU then refuses an fp32 hidden state). Other
-    dtypes stay. State a forward draws anew (``torch.randn(..., device=x.device)``) stays fp32."""
-    m = copy.deepcopy(model).double()
+    dtypes stay. State a forward draws anew (``torch.randn(..., device=x.device)``) stays fp32.
 
-    def up(v):  # the value itself when nothing in it changes (a Parameter double() converted stays shared)
-        if isinstance(v, torch.Tensor):
-            return v.detach().double() if v.is_floating_point() and v.dtype != torch.float64 else v
+    Functions the modules keep as attributes (public or private, alone or in lists, tuples and
+    dicts; plain functions and ``functools.partial``) are rebuilt over the copy's objects wherever
+    their closure cells, defaults or partial arguments hold the original's (a module, parameter,
+    buffer, plain tensor, or another such function): ``copy.deepcopy`` shares functions as they
+    are, so minGPT's ``self.mlpf = lambda x: m.dropout(m.c_proj(...))`` (KernelBench L3 problem
+    44) called the fp32 original from the copy ("mat1 and mat2 must have the same dtype", CUDA-L1
+    L3 T44 on the H200, stop 22). Bound methods deepcopy rebinds itself."""
+    memo: dict = {}
+    m = copy.deepcopy(model, memo).double()
+
+    def walk(v, leaf):  # leaf() on v, or on each item of a (nested) list, tuple or dict; v itself if none changed
         if type(v) in (list, tuple):
-            new = [up(x) for x in v]
+            new = [walk(x, leaf) for x in v]
             return v if all(a is b for a, b in zip(new, v)) else type(v)(new)
         if type(v) is dict:
-            new = {k: up(x) for k, x in v.items()}
+            new = {k: walk(x, leaf) for k, x in v.items()}
             return v if all(new[k] is v[k] for k in v) else new
+        return leaf(v)
+
+    def up(v):  # a Parameter double() converted stays shared
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != torch.float64:
+            return v.detach().double()
         return v
 
-    for sub in m.modules():
-        for k, v in list(vars(sub).items()):
-            if not k.startswith("_") or isinstance(v, torch.Tensor):
-                w = up(v)
-                if w is not v:
-                    object.__setattr__(sub, k, w)  # a plain attribute stays one (not a buffer)
+    def each_attribute(fix) -> None:  # fix(value) -> value, on every plain attribute of the copy
+        for sub in m.modules():
+            for k, v in list(vars(sub).items()):
+                if not k.startswith("_") or isinstance(v, (torch.Tensor, types.FunctionType, functools.partial)):
+                    w = fix(v)
+                    if w is not v:
+                        object.__setattr__(sub, k, w)  # a plain attribute stays one (not a buffer)
+
+    each_attribute(lambda v: walk(v, up))
+    # the original's objects -> the copy's as they are now: double() replaced the buffers and up()
+    # the plain tensors that deepcopy had copied (memo holds those fp32 copies)
+    now: dict[int, object] = {}
+    for (_, o), (_, c) in zip(model.named_modules(), m.named_modules()):
+        now[id(o)] = c
+        for table in ("_parameters", "_buffers"):
+            for k, v in getattr(o, table).items():
+                if v is not None:
+                    now[id(v)] = getattr(c, table).get(k)
+        for k, v in vars(o).items():
+            if isinstance(v, torch.Tensor) and k in vars(c):
+                now[id(v)] = vars(c)[k]
+    done: dict[int, object] = {}
+
+    def to_copy(x):
+        if isinstance(x, (types.FunctionType, functools.partial)):
+            return rebind(x)
+        return now.get(id(x), memo.get(id(x), x))
+
+    def conv(x):  # x as the copy should hold it (x itself when nothing of the original is in it)
+        return walk(x, to_copy)
+
+    def rebind(f):
+        if id(f) in done:
+            return done[id(f)]
+        done[id(f)] = f  # a function reached again through its own closure keeps the original (a cycle)
+        if isinstance(f, functools.partial):
+            func, args, kw = conv(f.func), tuple(conv(a) for a in f.args), {k: conv(v) for k, v in f.keywords.items()}
+            same = func is f.func and all(a is b for a, b in zip(args, f.args)) and \
+                all(kw[k] is f.keywords[k] for k in kw)
+            g = f if same else functools.partial(func, *args, **kw)
+        else:
+            cells = []
+            for c in f.__closure__ or ():
+                try:
+                    cells.append((True, c.cell_contents))
+                except ValueError:  # a cell not bound yet
+                    cells.append((False, None))
+            new = [(full, conv(x) if full else None) for full, x in cells]
+            defaults = conv(f.__defaults__) if f.__defaults__ else f.__defaults__
+            kwdefaults = conv(f.__kwdefaults__) if f.__kwdefaults__ else f.__kwdefaults__
+            if all(a[1] is b[1] for a, b in zip(new, cells)) and defaults is f.__defaults__ \
+                    and kwdefaults is f.__kwdefaults__:
+                g = f
+            else:
+                g = types.FunctionType(f.__code__, f.__globals__, f.__name__, defaults,
+                                       tuple(types.CellType(x) if full else types.CellType() for full, x in new))
+                g.__kwdefaults__, g.__dict__ = kwdefaults, dict(f.__dict__)
+        done[id(f)] = g
+        return g
+
+    each_attribute(conv)
     return m
+
+
+#: G09's name for the run in the modes as built (built_mode), in its perturbations
+MODE_RUN = "training mode"
+
+#: A built model's attribute: each submodule's ``training`` flag as its constructor left it
+#: (remember_modes), the mode a harness that never calls train() or eval() runs it in.
+BUILT_MODES = "_kverify_built_modes"
+
+
+def remember_modes(model: torch.nn.Module) -> torch.nn.Module:
+    """Record on ``model`` (BUILT_MODES, a plain attribute) each submodule's ``training`` flag as
+    constructed, before the gates put it in eval mode; returns ``model``."""
+    model.__dict__[BUILT_MODES] = {name: m.training for name, m in model.named_modules()}
+    return model
+
+
+def set_built_modes(model: torch.nn.Module) -> torch.nn.Module:
+    """Put every submodule of ``model`` in the mode its constructor left it (remember_modes;
+    training where nothing was recorded), as KernelBench's harness runs it; returns ``model``.
+    For a model built for that run alone: a training-mode call changes state (BatchNorm's running
+    statistics, whether updated in place or reassigned) that later eval-mode runs must not see."""
+    modes = model.__dict__.get(BUILT_MODES, {})
+    for name, m in model.named_modules():
+        m.training = modes.get(name, True)
+    return model
 
 
 def as_outputs(y) -> list:
@@ -471,6 +566,7 @@ class Oracle:
         self.problem, self.seed, self.device = problem, seed, device
         self._models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
         self.container = "tensor"  #: how the reference returns its outputs (see container())
+        self.stage: str | None = None  #: which model of run() raised, if one did (see run())
         #: time.monotonic() past which run() and run_fp64() raise BudgetSpent (None: no limit), and
         #: the budget in seconds it came from (for the message); set by limit()
         self.deadline: float | None = None
@@ -524,14 +620,20 @@ class Oracle:
     @torch.no_grad()
     def run(self, inputs: list, binding: dict | None = None) -> tuple[list, list]:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``.
-        Raises BudgetSpent past the deadline set by limit()."""
+        Raises BudgetSpent past the deadline set by limit(), and what the models raise; ``stage``
+        then says which raised ("reference" or "oracle", the fp64 copy; None after a run that
+        ended)."""
+        self.stage = None
         self.check_budget()
         with STATE_LOCK:  # the model may read its module's free dimensions (or draw) while it runs
             ref, ora = self.models(binding)
             self.problem.bind(binding)
+            self.stage = "reference"
             raw = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
             self.container = container(raw)
             low = as_outputs(raw)
+            self.stage = "oracle"
             high = as_outputs(ora(*[upcast(x) for x in inputs]))
+            self.stage = None
         return [h.detach() if isinstance(h, torch.Tensor) else h for h in high], \
                [l.detach() if isinstance(l, torch.Tensor) else l for l in low]
