@@ -9,7 +9,7 @@ def test_controls_all_caught_no_false_alarms():
     r = subprocess.run([sys.executable, "-m", "kverify", "controls", "--device", "cpu"], capture_output=True,
                        text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
-    assert "caught by intended gate 40/40, false alarms on twins 0" in r.stdout
+    assert "caught by intended gate 41/41, false alarms on twins 0" in r.stdout
 
 
 def test_demo_runs_examples():

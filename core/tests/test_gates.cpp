@@ -226,6 +226,17 @@ TEST(G09, Sensitivity) {
   bad = ok;
   bad["sequence"]["inconsistent_call"] = 3;
   EXPECT_EQ(gates::judge_g09(bad).verdict, Verdict::Fail);
+  bad = ok;
+  bad["perturbations"].push_back(
+      {{"name", "training mode"}, {"failed", "the candidate raised where the reference ran: RuntimeError"}});
+  auto r = gates::judge_g09(bad);
+  EXPECT_EQ(r.verdict, Verdict::Fail);
+  EXPECT_NE(r.summary.find("training mode perturbed: the candidate raised"), std::string::npos) << r.summary;
+  auto noted = ok;
+  noted["left_out"] = "training mode (the reference's output there differs between two calls)";
+  r = gates::judge_g09(noted);
+  EXPECT_EQ(r.verdict, Verdict::Pass);
+  EXPECT_NE(r.summary.find("left out: training mode"), std::string::npos) << r.summary;
 }
 
 TEST(G11, GuardAndSanitizer) {

@@ -178,6 +178,9 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         try:  # the reference itself must run at its own shape, or nothing can be judged
             ctx.expected(ctx.job("run", "G01"))
         except Exception as e:  # noqa: BLE001
+            if getattr(ctx.oracle, "stage", None) == "oracle":  # the reference ran; its fp64 copy did not
+                raise LoadError(reference_path, f"the reference ran at its own shape but its float64 copy (the "
+                                                f"oracle) raised {type(e).__name__}: {e}") from None
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
         ctx.cpu0 = cpu0
@@ -195,10 +198,10 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-01.2"  # 2026-12-01.2: G11 racecheck without cuDNN, its internal errors not counted
+RULES = "2026-12-01.3"  # .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
-#: costly ones - G09 (a reference run per input and parameter, outputs compared bit by bit), G10
+#: costly ones - G09 (an oracle run per input and parameter, the candidate's outputs compared bit by bit), G10
 #: (an fp64 oracle per scale) and G11 (each sanitizer tool is a worker run of its own, ~30 s on the
 #: H200 even for a small row; one filtered racecheck at an own shape ran past 5 min); G05 varies
 #: one dimension at a time around it (an fp64 oracle run per variant). Every other gate

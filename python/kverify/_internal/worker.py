@@ -30,7 +30,8 @@ import torch  # noqa: E402
 from kverify import engine
 from kverify._internal import CUDNN_ENV, cpu_seconds, cuda_schedule, fastbuild
 from kverify.errors import LoadError
-from kverify.problem import InputSpec, Problem, as_outputs, container, derive_seed, exec_module, synthesize
+from kverify.problem import (MODE_RUN, InputSpec, Problem, as_outputs, container, derive_seed, exec_module,
+                             remember_modes, set_built_modes, synthesize)
 
 if os.environ.get(CUDNN_ENV) == "0":  # before the candidate loads (G11's racecheck runs)
     torch.backends.cudnn.enabled = False
@@ -123,26 +124,32 @@ class Runner:
         self.model(None)  # build at the problem's own shape now: construction errors are load errors
 
     def model(self, binding):
+        """The candidate at ``binding`` (built once per binding and kept), in eval mode."""
         key = repr(sorted((binding or {}).items()))
         if key not in self.models:
-            self.problem.bind(binding)
-            ref = self.problem.reference_model(self.seed, self.device)
-            init = self.problem.init_inputs(self.seed)
-            torch.manual_seed(self.seed)
-            try:
-                cand = self.cmod.ModelNew(*init)
-                cand = cand.to(self.device).eval()
-            except Exception as e:  # noqa: BLE001
-                raise LoadError(self.cand_path, f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
-            # identical weights: copy the reference's tensors wherever name and shape agree
-            ref_state = ref.state_dict()
-            own = cand.state_dict()
-            shared = {k: v for k, v in ref_state.items() if k in own and own[k].shape == v.shape}
-            if shared:
-                cand.load_state_dict(shared, strict=False)
-            self.models[key] = (cand, ref)
+            self.models[key] = self._build(binding)
         self.problem.bind(binding)
         return self.models[key][0]
+
+    def _build(self, binding) -> tuple:
+        """(candidate, reference) built anew at ``binding``: the candidate with the reference's
+        weights wherever name and shape agree, both in eval mode, their modes as built recorded
+        (remember_modes, for G09's mode run). Raises LoadError when ModelNew(...) raises."""
+        self.problem.bind(binding)
+        ref = self.problem.reference_model(self.seed, self.device)
+        init = self.problem.init_inputs(self.seed)
+        torch.manual_seed(self.seed)
+        try:
+            cand = self.cmod.ModelNew(*init)
+            cand = remember_modes(cand.to(self.device)).eval()
+        except Exception as e:  # noqa: BLE001
+            raise LoadError(self.cand_path, f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+        ref_state = ref.state_dict()
+        own = cand.state_dict()
+        shared = {k: v for k, v in ref_state.items() if k in own and own[k].shape == v.shape}
+        if shared:
+            cand.load_state_dict(shared, strict=False)
+        return cand, ref
 
     def inputs(self, job, seed_key="seed"):
         specs = [InputSpec.from_json(s) for s in job["inputs"]]
@@ -260,7 +267,9 @@ class Runner:
 
     def perturb(self, job) -> dict:
         """Outputs at the base inputs, then with each tensor input redrawn alone (another seed), then
-        with each parameter/buffer shared with the reference transformed alone (x * 1.0625 + 0.0625)."""
+        with each parameter/buffer shared with the reference transformed alone (x * 1.0625 + 0.0625),
+        then (``job["mode"]``) at the base inputs, a candidate built anew in the modes its
+        constructor left (set_built_modes: training, as the harness runs it), or {"raised": ...}."""
         m = self.model(job.get("binding"))
         specs = [InputSpec.from_json(s) for s in job["inputs"]]
         base = synthesize(specs, job["seed"], self.device)
@@ -287,6 +296,22 @@ class Runner:
             _sync(self.device)
         except Exception as e:  # noqa: BLE001
             return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        if job.get("mode"):  # a candidate built for this run alone: its training-mode state goes with it
+            anew = None
+            try:
+                anew = set_built_modes(self._build(job.get("binding"))[0])
+            except Exception as e:  # noqa: BLE001 -- not built a second time (or no memory for it): no finding
+                outs[MODE_RUN] = {"left_out": f"the candidate could not be built again: {type(e).__name__}: "
+                                              f"{str(e).strip()[:200]}"}
+            if anew is not None:
+                try:
+                    with torch.no_grad():
+                        outs[MODE_RUN] = _cpu(anew(*base))
+                    _sync(self.device)
+                except Exception as e:  # noqa: BLE001 -- the mode perturbation's finding alone
+                    outs[MODE_RUN] = {"raised": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+                finally:
+                    anew = None
         return {"outputs": outs}
 
     def sequence(self, job) -> dict:

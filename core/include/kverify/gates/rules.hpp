@@ -73,11 +73,14 @@ GateResult judge_g05(const json& m);
 /// G06 accumulation (tolerance-based): the accuracy rule over runs labelled by input class.
 GateResult judge_g06(const json& m);
 
-/// G09 sensitivity (tolerance-free). Measurements:
-/// {"perturbations":[{"name":"input 0","reference_changed":n,"ignored":k,"first":i}],
-///  "sequence":{"calls":N,"inconsistent_call":k (-1 none),"label":"A"|"B"}}
-/// `ignored` counts elements where the low-precision reference's output changed bitwise but the
-/// candidate's did not.
+/// G09 sensitivity (tolerance-free on the candidate). Measurements:
+/// {"perturbations":[{"name":"input 0","reference_changed":n,"ignored":k,"first":i} or
+///                   {"name":"training mode","failed":"the candidate raised ..."}],
+///  "sequence":{"calls":N,"inconsistent_call":k (-1 none),"label":"A"|"B"},
+///  "left_out":"why a perturbation was not made" (optional)}
+/// `reference_changed` counts elements the perturbation moves in the fp64 oracle's output (beyond
+/// a threshold of the candidate's dtype, kverify.gates.g09_sensitivity._moved), `ignored` those of
+/// them where the candidate's output did not change (any bit). A "failed" perturbation fails.
 GateResult judge_g09(const json& m);
 
 /// G10 range (tolerance-based): the accuracy rule over runs labelled by input scale.
