@@ -206,7 +206,8 @@ def test_bad_shard_is_usage_error(corpus, tmp_path):
                         "--shard", "-1/2"], capture_output=True, text=True)
     assert r.returncode == 2 and "need 0 <= i < n" in r.stderr and "usage:" not in r.stderr, r.stderr
     # several shards: one way of splitting, none twice, and a journal per shard ({shard} in the path)
-    for shards, words in (("0/2,1/3", "one n"), ("1/2,1/2", "named twice"), ("0/2,1/2", "{shard}"), (",", "i/n")):
+    for shards, words in (("0/2,1/3", "one n"), ("1/2,1/2", "named twice"), ("0/2,1/2", "{shard}"), (",", "i/n"),
+                           ("0/2,", "i/n")):
         r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(tmp_path / "j"),
                             "--shard", shards], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr, (shards, r.stderr)

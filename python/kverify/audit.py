@@ -79,8 +79,8 @@ def parse_shards(spec: str | None) -> list[tuple[int, int]]:
     Every shard splits the corpus the same way (one n) and none is named twice. Raises UsageError."""
     if not spec:
         return [(0, 1)]
-    parts = [s.strip() for s in spec.split(",") if s.strip()]
-    if not parts:
+    parts = [s.strip() for s in spec.split(",")]
+    if not all(parts):  # "0/2," or "0/2,,1/2": a shard left out by a typo is not dropped without a word
         raise UsageError(f"--shard must look like i/n or i/n,j/n,..., got {spec!r}")
     shards = [parse_shard(s) for s in parts]
     if len({n for _, n in shards}) > 1:
