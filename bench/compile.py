@@ -17,7 +17,12 @@ whether the host functions the CUDA source defines make the same calls (bench/cu
 host_code on both ``cuda.cuda.o``)
 and how the nvcc command lines differ (expected: only kverify's -I folder of the narrow header or shim).
 
-Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT]
+Also printed: the same medians from ninja's own step log (the builds alone, without process start,
+torch import or the call), and the median seconds per step kind.
+
+Each candidate is printed as it ends (a run cut short by a time limit keeps those lines).
+
+Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT] [--load-timeout 240]
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,14 +51,38 @@ def _init(cache: str, stock: bool) -> None:
         os.environ["KVERIFY_FAST_BUILD"] = "0"
 
 
-def _one(row: dict) -> dict:
+def ninja_seconds(ext_dir: Path) -> tuple[float, dict[str, float]]:
+    """Compile seconds of one candidate from the ``.ninja_log`` of each of its build folders
+    (ninja's own record: start and end in ms per step): the sum over folders of the span from the
+    first step's start to the last step's end (a folder's steps run in parallel; a failed tier's
+    folder counts too), and the seconds per step kind (cuda.o, main.o, link) summed over folders.
+    Both modes are timed by the same record, without process start, torch import or the call."""
+    total, steps = 0.0, {}
+    for log in sorted(ext_dir.glob("*/.ninja_log")):
+        spans = []
+        for ln in log.read_text().splitlines():
+            f = ln.split("\t")
+            if len(f) < 4 or ln.startswith("#"):
+                continue
+            start, end, out = int(f[0]) / 1e3, int(f[1]) / 1e3, f[3]
+            spans.append((start, end))
+            kind = "cuda.o" if out.endswith(".cuda.o") else "main.o" if out.endswith(".o") else "link"
+            steps[kind] = round(steps.get(kind, 0.0) + end - start, 2)
+        if spans:
+            total += max(e for _, e in spans) - min(s for s, _ in spans)
+    return round(total, 2), steps
+
+
+def _one(row: dict, load_timeout: float) -> dict:
     from kverify.build import cache_dir, precompile
 
     t = time.monotonic()
     p = precompile(row["reference"], row["id"] + ":reference", row["candidate"], row["id"] + ":candidate",
-                   device=None, timeout=300, tolerance=row.get("harness", {}).get("allclose_tol", 1e-2))
+                   device=None, timeout=120, load_timeout=load_timeout,
+                   tolerance=row.get("harness", {}).get("allclose_tol", 1e-2))
+    ninja, steps = ninja_seconds(cache_dir(row["candidate"]))
     return {"id": row["id"], "seconds": round(time.monotonic() - t, 2), "status": p.status, "error": p.error,
-            "builds": p.builds, "dir": str(cache_dir(row["candidate"]))}
+            "builds": p.builds, "dir": str(cache_dir(row["candidate"])), "ninja_s": ninja, "steps": steps}
 
 
 def _sass(so: Path) -> str | None:
@@ -110,6 +139,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=16, help="candidates (default 16)")
     ap.add_argument("--jobs", type=int, default=8, help="processes in all, half per mode (default 8)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--load-timeout", type=float, default=240.0,
+                    help="seconds a candidate may take to load (build included) before it counts as failed (default 240)")
     a = ap.parse_args()
     rows = [json.loads(ln) for ln in open(a.corpus) if ln.strip()]
     rows = [r for r in rows if "load_inline" in r.get("candidate", "")]
@@ -123,21 +154,31 @@ def main() -> int:
     t0 = time.monotonic()
     with ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True)) as ps, \
             ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False)) as po:
-        fs, fo = [ps.submit(_one, r) for r in rows], [po.submit(_one, r) for r in rows]
+        fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]
+        mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
+        for f in as_completed(fs + fo):  # each as it ends: a run killed by its time limit keeps what ended
+            r = f.result()
+            print(f"  {time.monotonic() - t0:6.0f}s {mode_of[f]:7} {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) "
+                  f"{r['status']:13} {r['id']}", flush=True)
         stock, ours = [f.result() for f in fs], [f.result() for f in fo]
     wall = time.monotonic() - t0
     table = []
     for s, o in zip(stock, ours):
         cmp = compare_builds(Path(s["dir"]), Path(o["dir"])) if s["status"] == o["status"] == "ok" else {}
         modes = ",".join(sorted({b.get("mode", "?") for b in o["builds"].values()})) or "-"
-        table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"], "stock_status": s["status"],
+        table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"],
+                      "stock_ninja_s": s["ninja_s"], "ours_ninja_s": o["ninja_s"],
+                      "stock_steps": s["steps"], "ours_steps": o["steps"], "stock_status": s["status"],
                       "ours_status": o["status"], "ours_mode": modes, **cmp,
                       "errors": [e for e in (s["error"], o["error"]) if e]})
     ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]
     st, ou = [t["stock_s"] for t in ok], [t["ours_s"] for t in ok]
+    sn, on = [t["stock_ninja_s"] for t in ok], [t["ours_ninja_s"] for t in ok]
     summary = {"candidates": len(table), "both_ok": len(ok), "jobs_per_mode": half, "wall_s": round(wall, 1),
                "stock_median_s": statistics.median(st) if st else None, "stock_p90_s": pct(st, 0.9),
                "ours_median_s": statistics.median(ou) if ou else None, "ours_p90_s": pct(ou, 0.9),
+               "stock_ninja_median_s": statistics.median(sn) if sn else None, "stock_ninja_p90_s": pct(sn, 0.9),
+               "ours_ninja_median_s": statistics.median(on) if on else None, "ours_ninja_p90_s": pct(on, 0.9),
                "python": sys.version.split()[0]}
     built_by = [b.get("mode", "?") for o in ours for b in o["builds"].values() if b.get("ok")]
     summary["built_by"] = {m: built_by.count(m) for m in ("narrow", "fast", "stock")}
@@ -147,16 +188,25 @@ def main() -> int:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({"summary": summary, "candidates": table}, indent=1))
-    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'mode':>10} {'same SASS':>9} {'same host':>9}  flag diff / status")
+    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'ninja st':>8} {'ninja us':>8} {'mode':>10} {'same SASS':>9} {'same host':>9}  flag diff / status")
     for t in table:
         note = " ".join(t.get("flag_diff", [])) if t["stock_status"] == t["ours_status"] == "ok" else \
             f"stock {t['stock_status']}, ours {t['ours_status']}: {' | '.join(t['errors'])[:80]}"
-        print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['ours_mode']:>10} "
+        print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['stock_ninja_s']:8.1f} "
+              f"{t['ours_ninja_s']:8.1f} {t['ours_mode']:>10} "
               f"{str(t.get('sass_identical', '-')):>9} {str(t.get('host_identical', '-')):>9}  {note[:90]}")
     print(f"\ncompile per candidate, {len(ok)} candidates built by both, {half} at a time per mode, same run:")
     print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
     print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
     print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
+    print("  the builds alone (ninja's log: first step start to last step end, every build folder):")
+    print(f"  stock load_inline : median {summary['stock_ninja_median_s']} s, p90 {summary['stock_ninja_p90_s']} s")
+    print(f"  kverify           : median {summary['ours_ninja_median_s']} s, p90 {summary['ours_ninja_p90_s']} s")
+    for m, rows_ in (("stock", ok), ("kverify", ok)):
+        key = "stock_steps" if m == "stock" else "ours_steps"
+        kinds = sorted({k for t in rows_ for k in t[key]})
+        print(f"  {m} step medians: " + ", ".join(
+            f"{k} {statistics.median([t[key].get(k, 0.0) for t in rows_]):.1f} s" for k in kinds))
     print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
           + f" (fell back from narrow: {summary['narrow_fallbacks']})")
     shutil.rmtree(root, ignore_errors=True)

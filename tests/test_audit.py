@@ -195,6 +195,17 @@ def test_several_shards_in_one_run_each_write_their_own_journal(corpus, tmp_path
         assert [json.loads(o)["shard"] for (o,) in db.execute("SELECT options FROM runs")] == ["1/2", "1/2"]
     with sqlite3.connect(both[0]) as db:
         assert db.execute("SELECT COUNT(*) FROM forgotten").fetchone()[0] == 0
+    # shard 0's journal copied onto shard 1's file (stop 22's note): refused, not resumed into a mix
+    src, dst = sqlite3.connect(both[0]), sqlite3.connect(both[1])
+    src.backup(dst)  # a copy through SQLite (the test's own connections keep WAL files open)
+    src.close()
+    dst.close()
+    before = Journal(both[1]).rows()
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(template),
+                        "--device", "cpu", "--shard", "1/2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and f"{both[1]}: holds 3 row(s) of another shard" in r.stderr, r.stderr
+    assert "'ex/broken' is in shard 0/2" in r.stderr and "its name says shard 1/2" in r.stderr, r.stderr
+    assert Journal(both[1]).rows() == before  # nothing written
 
 
 def test_bad_shard_is_usage_error(corpus, tmp_path):
@@ -273,6 +284,25 @@ def test_the_report_counts_compile_errors_the_candidate_caught():
     assert rep["compile_errors_caught"] == 2
     assert "2 of the 3 COMPILE_ERROR row(s) caught their failed build" in markdown(rep)
     assert "caught their failed build" not in markdown(build(rows[1:2]))
+
+
+def test_not_judged_reasons_keep_what_they_are_and_drop_only_locations():
+    """Stop 22's note: the "Not judged" table showed "UNJUDGED: G02, ... not established" without
+    its "row budget spent:" (everything before the second colon went, meant for locations)."""
+    from kverify.audit_report import build, reason_key
+
+    assert reason_key("UNJUDGED", "row budget spent: G11 not established") == "row budget spent: G11 not established"
+    assert reason_key("UNJUDGED", "kverify fault: extension e could not be built on this machine (x): y") \
+        == "kverify fault: extension e could not be built on this machine (x): y"
+    assert reason_key("UNJUDGED", ".corpus/k.jsonl#a/L3/P35:reference: the reference raised RuntimeError: z") \
+        == "the reference raised RuntimeError: z"
+    assert reason_key("UNJUDGED", "c.jsonl#a/L3/T26:candidate: candidate is not valid Python: x") \
+        == "candidate is not valid Python: x"
+    assert reason_key("COMPILE_ERROR", "extension e failed to build: /tmp/b/main.cpp:4:46: error: 'forward'") \
+        == "4:46: error: 'forward'"
+    rows = [{"id": f"r{i}", "class": "UNJUDGED", "standard": None, "source": "s", "level": 1, "backend": "cuda",
+             "gpu": "H100", "reason": r, "gates": {}} for i, r in enumerate(["row budget spent: G11 not established"] * 2)]
+    assert build(rows)["unjudged_reasons"] == {"UNJUDGED: row budget spent: G11 not established": 2}
 
 
 def test_the_report_of_an_all_broken_journal_draws_its_plots(tmp_path):

@@ -361,6 +361,11 @@ def test_a_sanitizer_run_can_be_confined_to_a_few_cpus(monkeypatch):
     assert out.strip() == "1"
     monkeypatch.setenv(g11.CPUS_ENV, str(len(os.sched_getaffinity(0))))  # all of them: no prefix
     assert g11.cpu_cap("racecheck") == []
+    monkeypatch.setenv(g11.CPUS_ENV, "0")  # 0: no confinement, said so
+    assert g11.cpu_cap("racecheck") == []
+    monkeypatch.setenv(g11.CPUS_ENV, "-2")  # was silently no confinement (stop 22's note)
+    with pytest.raises(ValueError, match="KVERIFY_SANITIZER_CPUS must be a whole number.*got '-2'"):
+        g11.cpu_cap("racecheck")
     monkeypatch.setenv(g11.CPUS_ENV, "two")
     with pytest.raises(ValueError, match="KVERIFY_SANITIZER_CPUS must be a whole number"):
         g11.cpu_cap("racecheck")

@@ -287,6 +287,26 @@ TEST(G12, Stream) {
     bad["stream"][key] = false;
     EXPECT_EQ(gates::judge_g12(bad).verdict, Verdict::Fail) << key;
   }
+  // a right output after the windows never held: passes, and says the order was not observable
+  auto late = ok;
+  late["stream"]["window_held"] = false;
+  late["stream"]["attempts"] = 3;
+  late["stream"]["sleep_cycles"] = 6e9;
+  auto r = gates::judge_g12(late);
+  EXPECT_EQ(r.verdict, Verdict::Pass);
+  EXPECT_NE(r.summary.find("in each of 3 window(s) up to 6000000000 GPU cycles"), std::string::npos) << r.summary;
+  EXPECT_NE(r.summary.find("not observable"), std::string::npos) << r.summary;
+  // a wrong output fails whether or not the window held
+  late["stream"]["pending_writes_seen"] = false;
+  EXPECT_EQ(gates::judge_g12(late).verdict, Verdict::Fail);
+  // an output two plain calls disagree on, or windows the harness missed: the stream part is
+  // not established (ERROR), the rest still judged (a patch or a thread fails)
+  json unsure{{"stream", {{"not_established", "two calls differ"}}}, {"threads_added", 0}, {"patched", json::array()}};
+  r = gates::judge_g12(unsure);
+  EXPECT_EQ(r.verdict, Verdict::Error);
+  EXPECT_NE(r.summary.find("not established: two calls differ"), std::string::npos) << r.summary;
+  unsure["threads_added"] = 2;
+  EXPECT_EQ(gates::judge_g12(unsure).verdict, Verdict::Fail);
   auto bad = ok;
   bad["patched"] = {"torch.cuda.synchronize"};
   EXPECT_EQ(gates::judge_g12(bad).verdict, Verdict::Fail);

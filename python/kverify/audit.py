@@ -102,6 +102,19 @@ def shard_journal(journal: str, i: int, n: int, several: bool) -> str:
     return journal
 
 
+def _own_shard_only(j: Journal, path: str, i: int, n: int, place: dict[str, int]) -> None:
+    """A journal named by a SHARD_FIELD path holds rows of its own shard only: raise UsageError
+    when ``j`` holds a row the corpus puts in another shard of ``n`` (a journal copied onto another
+    shard's file would otherwise resume silently and mix both shards' rows)."""
+    foreign = sorted(x for x in j.done() if x in place and place[x] % n != i)
+    if foreign:
+        x = foreign[0]
+        raise UsageError(f"{path}: holds {len(foreign)} row(s) of another shard ({x!r} is in shard "
+                         f"{place[x] % n}/{n}), though its name says shard {i}/{n}: was it copied from another "
+                         f"shard's journal? Use the right file, or a path without {SHARD_FIELD} for one journal "
+                         f"of several shards")
+
+
 def _failed_build(candidate_source: str, caught: bool) -> str:
     """kverify.build.failed_build of this candidate's recorded builds (``caught``: it loaded anyway)."""
     from kverify._internal.fastbuild import read_state
@@ -263,6 +276,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     rows = []
     shard_of: dict[str, int] = {}  # row id -> its shard's i
     seen: dict[str, int] = {}
+    place: dict[str, int] = {}  # every row id -> its position (its shard: place % n)
     for p, (line, r) in enumerate(iter_rows(corpus)):
         # CUDA-L1 records carry no id: the corpus file's name and the row's position are one (the
         # name, not the path as typed: ./c.jsonl and c.jsonl must resume the same journal)
@@ -270,6 +284,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
             raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
         seen[r["id"]] = line
+        place[r["id"]] = p
         if p % n in rank and (ids is None or r["id"] in ids):
             rows.append(r)
             shard_of[r["id"]] = p % n
@@ -292,6 +307,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     try:
         for i, path in paths.items():
             journals[i] = Journal(path)
+            if SHARD_FIELD in str(journal):
+                _own_shard_only(journals[i], path, i, n, place)
         again_of, pending, options = _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults,
                                                      redo_budget, redo_stale, device, seed, gates, timeout,
                                                      load_timeout, row_budget, jobs, compile_jobs)

@@ -115,8 +115,7 @@ def build(kernels: list[dict]) -> dict:
                         for g, r in k["gates"].items() if r["verdict"] == "ERROR")
     # gates a run's --row-budget cut short (ERROR "not established: ... time budget ..."), per gate
     cut = Counter(g for k in kernels for g, r in k["gates"].items() if cut_by_budget(r["verdict"], r["summary"]))
-    unjudged = Counter(f'{k["class"]}: ' + (k["reason"] or "").split(":", 2)[-1].strip()[:120]
-                       for k in kernels if k["class"] in NOT_JUDGED)
+    unjudged = Counter(f'{k["class"]}: ' + reason_key(k["class"], k["reason"]) for k in kernels if k["class"] in NOT_JUDGED)
     shapes = Counter(_gate_shape(k) for k in kernels if k.get("report"))
     machines = Counter(_meta(k, "judged_on") or "not recorded" for k in kernels if k.get("report"))
     rules = Counter(_rules(k) for k in kernels if k.get("report"))
@@ -137,6 +136,22 @@ def build(kernels: list[dict]) -> dict:
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
             "rules": dict(sorted(rules.items())), "current_rules": RULES,
             "judged_on": dict(machines.most_common()), "failure_sample": sample}
+
+
+def reason_key(klass: str, reason: str | None) -> str:
+    """The report's "Not judged" grouping of a row's reason (at most 120 characters): a
+    COMPILE_ERROR by the compiler's message (the extension's name and build folder, which differ
+    per row, dropped: what follows the second colon); any other reason without the corpus location
+    a load error starts with ("FILE#ID:reference: ..."), else whole, so "row budget spent: G11 not
+    established" and "kverify fault: ..." keep what they are."""
+    reason = (reason or "").strip()
+    if klass == "COMPILE_ERROR":
+        return reason.split(":", 2)[-1].strip()[:120]
+    head, sep, rest = reason.partition(":")
+    if sep and "#" in head and " " not in head:  # FILE#ID:role: message (kverify.errors.LoadError of a corpus row)
+        role, sep2, msg = rest.partition(":")
+        return (msg if sep2 and role.strip() in ("reference", "candidate") else rest).strip()[:120]
+    return reason[:120]
 
 
 #: the rules of rows judged before reports carried meta.rules

@@ -17,12 +17,24 @@ GateResult judge_g12(const json& m) {
   if (s.contains("not_applicable"))
     return make_result("G12", "stream", true, Verdict::Pass,
                        "no extra threads, nothing patched; stream part N/A: " + s.at("not_applicable").get<std::string>(), m);
+  if (s.contains("not_established"))  // the measurement could not show which stream the call followed
+    return make_result("G12", "stream", true, Verdict::Error,
+                       "no extra threads, nothing patched; stream part not established: " +
+                           s.at("not_established").get<std::string>(), m);
   if (!s.at("pending_writes_seen").get<bool>())
     return make_result("G12", "stream", true, Verdict::Fail,
                        "ignored writes still pending on the current stream (ran on another stream)", m);
   if (!s.at("complete_after_stream_sync").get<bool>())
     return make_result("G12", "stream", true, Verdict::Fail,
                        "output incomplete after synchronising only the current stream", m);
+  // window_held absent: a measurement from before the windows (rules < 2026-12-01.4), one run.
+  // Missed windows the harness caused (the call began late) arrive as not_established.
+  if (!s.value("window_held", true))
+    return make_result("G12", "stream", true, Verdict::Pass,
+                       format("the call itself outlasted the spin before the pending writes, in each of %d "
+                              "window(s) up to %.0f GPU cycles (it waits for the GPU): right output, stream "
+                              "order not observable; no extra threads, nothing patched",
+                              s.value("attempts", 1), s.value("sleep_cycles", 0.0)), m);
   return make_result("G12", "stream", true, Verdict::Pass,
                      "follows the current stream; no extra threads, nothing patched", m);
 }

@@ -82,7 +82,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 WATCHED = ["torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.record",
            "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "torch.cuda.Stream.synchronize",
            "torch.allclose", "torch.equal", "torch.isclose", "torch.Tensor.__eq__", "torch.Tensor.allclose",
-           "torch.testing.assert_close", "time.time", "time.perf_counter", "time.monotonic", "time.sleep"]
+           "torch.testing.assert_close", "time.time", "time.perf_counter", "time.monotonic", "time.sleep",
+           # what G12's own stream measurement relies on (it calls them as they were before the load)
+           "torch.cuda.Event.query", "torch.cuda._sleep", "torch.cuda.Stream", "torch.cuda.stream"]
 
 
 def _resolve(path: str):
@@ -385,41 +387,88 @@ class Runner:
         return {"band_writes": writes, "tensor": where, "output_depends_on_bands": d3 != d1}
 
     def stream(self, job) -> dict:
-        """G12: threads left behind, patched functions, and (CUDA) the current-stream contract."""
-        import threading
-
+        """G12: threads left behind, patched functions, and (CUDA) the current-stream contract
+        (stream_attempts over the job's "sleep_cycles" windows, default G12_SLEEPS). The stream
+        measurement calls the watched functions it relies on as they were before the candidate
+        loaded (a candidate that replaces them fails as "patched" anyway)."""
         m = self.model(job.get("binding"))
         x = self.inputs(job)
         out = {}
         try:
             with torch.no_grad():
-                plain = [engine.digest(o) for o in as_outputs(m(*x)) if isinstance(o, torch.Tensor)]
-                _sync(self.device)
+                plain = self._synced_digests(m, x)
                 if self.device == "cuda":
-                    s = torch.cuda.Stream()
-                    pending = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in x]
-                    for t in pending:
-                        if isinstance(t, torch.Tensor):
-                            engine.fill_sentinel(t)
-                    torch.cuda.synchronize()
-                    with torch.cuda.stream(s):
-                        torch.cuda._sleep(job.get("sleep_cycles", 100_000_000))  # ~50 ms on s
-                        for t, src in zip(pending, x):
-                            if isinstance(t, torch.Tensor):
-                                t.copy_(src)  # writes still pending on s when the candidate starts
-                        y = [o for o in as_outputs(m(*pending)) if isinstance(o, torch.Tensor)]
-                    s.synchronize()
-                    after_stream = [engine.digest(o) for o in y]
-                    torch.cuda.synchronize()
-                    after_device = [engine.digest(o) for o in y]
-                    out["stream"] = {"pending_writes_seen": after_device == plain,
-                                     "complete_after_stream_sync": after_stream == after_device}
+                    out["stream"] = self._stream_measure(m, x, plain, job.get("sleep_cycles", G12_SLEEPS))
                 else:
                     out["stream"] = {"not_applicable": "CPU run: no CUDA streams"}
         except Exception as e:  # noqa: BLE001
             return {"exception": f"{type(e).__name__}: {str(e).strip()[:400]}"}
         out.update(self.tampering())
         return out
+
+    def _synced_digests(self, m, x) -> list[str]:
+        """Digests of one plain call's tensor outputs, read after the whole device is synchronised
+        (a kernel on a stream of its own has finished: this is what the call computes)."""
+        y = [o for o in as_outputs(m(*x)) if isinstance(o, torch.Tensor)]
+        _sync(self.device)
+        return [engine.digest(o) for o in y]
+
+    def _stream_measure(self, m, x, plain: list, sleeps) -> dict:
+        """G12's CUDA part: {"not_established": why} when two plain calls differ (the output alone
+        cannot show which stream a call followed; G04 judges them) or when the harness, not the
+        candidate, missed every window; else stream_attempts' measurement. One pool stream for
+        every window, warmed by a call on it first (its first allocations, a cudaMalloc, happen
+        outside the windows)."""
+        if self._synced_digests(m, x) != plain:
+            return {"not_established": "two calls on the same inputs differ (not deterministic, see G04)"}
+        sleeps = [sleeps] if isinstance(sleeps, (int, float)) else list(sleeps)
+        s = self.watched["torch.cuda.Stream"]()
+        with self.watched["torch.cuda.stream"](s):
+            m(*x)
+        torch.cuda.synchronize()
+        r = stream_attempts(lambda cycles: self._stream_once(m, x, plain, cycles, s), sleeps)
+        if not (r["pending_writes_seen"] and r["complete_after_stream_sync"]):  # a wrong output: a FAIL unless
+            if self._synced_digests(m, x) != plain:                            # plain calls now differ too
+                return {"not_established": "a plain call after the stream runs differs from the first (not "
+                                           "deterministic, see G04)"}
+            return r
+        if not r["call_began_in_window"]:  # a right output the harness's lateness leaves unexplained
+            return {"not_established": f"the spin had run out before the call began, in each of {r['attempts']} "
+                                       f"window(s) up to {r['sleep_cycles']} GPU cycles (a busy host, or "
+                                       f"CUDA_LAUNCH_BLOCKING set): which stream the call follows was not seen"}
+        return r
+
+    def _stream_once(self, m, x, plain: list, cycles: int, s) -> tuple[bool, bool, bool, bool]:
+        """One G12 window on pool stream ``s`` (created non-blocking by PyTorch: it neither waits
+        for nor holds up the legacy default stream): a spin of ``cycles`` GPU cycles in two halves
+        with an event between them, then copies of the inputs into sentinel-filled buffers, then
+        the candidate's call on those buffers. Returns (the first half was still spinning when the
+        call began; ... and when it returned, so every kernel the call launched on another stream
+        could run for half a window or more before the copies; the output after a full
+        synchronisation equals the plain call's; the output read on ``s`` right after ``s`` alone
+        is synchronised, which waits for no other stream's work, equals the final output)."""
+        sleep, query = self.watched["torch.cuda._sleep"], self.watched["torch.cuda.Event.query"]
+        pending = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in x]
+        for t in pending:
+            if isinstance(t, torch.Tensor):
+                engine.fill_sentinel(t)
+        torch.cuda.synchronize()
+        with self.watched["torch.cuda.stream"](s):
+            sleep(int(cycles) // 2)
+            half = torch.cuda.Event()
+            half.record(s)
+            sleep(int(cycles) - int(cycles) // 2)
+            for t, src in zip(pending, x):
+                if isinstance(t, torch.Tensor):
+                    t.copy_(src)  # writes still pending on s when the candidate starts
+            began = not query(half)
+            y = [o for o in as_outputs(m(*pending)) if isinstance(o, torch.Tensor)]
+            held = not query(half)
+            s.synchronize()
+            after_stream = [engine.digest(o) for o in y]  # digests run on s (the current stream here)
+        torch.cuda.synchronize()
+        after_device = [engine.digest(o) for o in y]
+        return began, held, after_device == plain, after_stream == after_device
 
     def tampering(self) -> dict:
         """G12's process-wide findings now: {"patched": watched functions replaced since the
@@ -461,6 +510,37 @@ class Runner:
                     return {"verdict": "FAIL", "summary": f"trial {trial}: allclose failed (max abs diff {diff:.3g}, tol {tol:g})"}
             passed += 1
         return {"verdict": "PASS", "summary": f"{passed}/{job['trials']} trials allclose (atol=rtol={tol:g})"}
+
+
+#: G12's windows, GPU cycles of the spin queued before the pending input copies (about 50 ms and
+#: 0.5 s at the H200's 1.98 GHz): the next is tried only when a window did not hold
+#: (stream_attempts)
+G12_SLEEPS = (100_000_000, 1_000_000_000)
+
+
+def stream_attempts(run, sleeps) -> dict:
+    """G12's stream measurement over growing windows. ``run(cycles)`` -> (the call began with
+    half the spin still to run, and returned so, the pending writes seen, complete after the
+    stream's own sync) of one window (Runner._stream_once). A wrong output ends the search (the
+    fault is seen, whatever the window); a right one counts only if the window held (the call
+    began and returned with half the spin left, so a kernel on another stream would have read the
+    sentinels): otherwise the next, longer window is tried. After the last, "window_held" false
+    with "call_began_in_window" true means the call itself waited for the spin (it synchronises:
+    the order cannot be observed); with it false the harness was late every time (a busy host).
+    The audit of stop 23 saw the old single 50 ms window miss: two rows judged twice on the H200
+    failed G12 once and passed once.
+    Returns {"pending_writes_seen", "complete_after_stream_sync", "window_held",
+    "call_began_in_window" (of the last window), "sleep_cycles" (its spin), "attempts"}.
+    Raises ValueError for no windows."""
+    if not sleeps:
+        raise ValueError("G12 needs at least one window (sleep_cycles)")
+    n, cycles, began, held, seen, complete = 0, 0, False, False, False, False
+    for n, cycles in enumerate(sleeps, 1):
+        began, held, seen, complete = run(cycles)
+        if not (seen and complete) or (began and held):
+            break
+    return {"pending_writes_seen": seen, "complete_after_stream_sync": complete, "window_held": began and held,
+            "call_began_in_window": began, "sleep_cycles": int(cycles), "attempts": n}
 
 
 def _cpu(y) -> list:

@@ -177,11 +177,11 @@ _AFFINITY = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[
 
 def cpu_cap(tool: str) -> list[str]:
     """The command prefix that confines one sanitizer run to $KVERIFY_SANITIZER_CPUS of this
-    process's CPUs ([] when unset, not positive, at least as many as there are, or where Python cannot set an
+    process's CPUs ([] when unset, 0, at least as many as there are, or where Python cannot set an
     affinity). Which CPUs: a window of the allowed ones that starts where a hash of this process
     and ``tool`` says, so that the tools of one check and the checks of an audit spread over the
     machine, and the same call gives the same prefix (a prestarted worker is only used by a run
-    with the same wrapper). Raises ValueError for a value that is not a whole number."""
+    with the same wrapper). Raises ValueError for a value that is not a whole number or is negative."""
     raw = os.environ.get(CPUS_ENV, "").strip()
     if not raw:
         return []
@@ -189,6 +189,8 @@ def cpu_cap(tool: str) -> list[str]:
         n = int(raw)
     except ValueError:
         raise ValueError(f"{CPUS_ENV} must be a whole number of CPUs, got {raw!r}") from None
+    if n < 0:
+        raise ValueError(f"{CPUS_ENV} must be a whole number of CPUs (0: no confinement), got {raw!r}")
     if not hasattr(os, "sched_getaffinity"):
         return []
     allowed = sorted(os.sched_getaffinity(0))

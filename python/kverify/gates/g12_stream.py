@@ -1,15 +1,23 @@
 """G12 stream — tolerance-free.
 
 Contract: (CUDA) called on a non-default stream whose queue still holds writes to the inputs
-(a ~50 ms spin, then the copies), the result reflects those writes and is complete once that
-stream alone is synchronised; (CPU and CUDA) the call leaves no extra Python thread running and
-replaces no framework or timer function (torch.cuda.synchronize, Event.elapsed_time,
-torch.allclose, time.perf_counter, ... compared by identity before loading the candidate and
-after its calls).
+(a spin, then the copies), the result reflects those writes and is complete once that stream
+alone is synchronised (read on that stream, which waits for no other); (CPU and CUDA) the call
+leaves no extra Python thread running and replaces no framework or timer function
+(torch.cuda.synchronize, Event.elapsed_time, torch.allclose, time.perf_counter, ... compared by
+identity before loading the candidate and after its calls).
+Windows (rules 2026-12-01.4; kverify._internal.worker.stream_attempts): a right output counts
+only if the call began and returned while the spin before the copies still had half its length
+to run; else the spin grows (~50 ms, 0.5 s). One 50 ms spin let a late (descheduled) process
+pass: on the H200 audit two rows judged twice failed once and passed once. A call that itself
+outlasts every window (it waits for the GPU) passes with "stream order not observable"; windows
+the harness missed (the call began late every time) and outputs two plain calls disagree on leave
+the stream part not established (ERROR; G04 judges the latter). The functions the measurement
+relies on (Event.query, _sleep, Stream, stream) are watched too.
 Catches: kernels launched on the legacy default stream or a private stream without joining the
 current one, work left running in a background thread, harness monkey-patching (timers made to
 lie, allclose made to pass).
-Controls: controls/g12_*.
+Controls: controls/g12_*, controls/cuda/g12_* (GPU: side stream, legacy stream).
 """
 from __future__ import annotations
 
