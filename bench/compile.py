@@ -20,9 +20,11 @@ and how the nvcc command lines differ (expected: only kverify's -I folder of the
 Also printed: the same medians from ninja's own step log (the builds alone, without process start,
 torch import or the call), and the median seconds per step kind.
 
-Each candidate is printed as it ends (a run cut short by a time limit keeps those lines).
+Each candidate is printed as it ends (a run cut short by a time limit keeps those lines);
+with --deadline the table and medians cover the candidates both modes built by then.
 
 Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT] [--load-timeout 240]
+                               [--deadline S]
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -128,6 +131,32 @@ def compare_builds(stock_dir: Path, ours_dir: Path) -> dict:
     return out
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its descendants (a pool worker and the sandbox, ninja and compilers it
+    started), read from /proc; gone processes are skipped."""
+    import signal
+
+    kids: dict[int, list[int]] = {}
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                with open(f"/proc/{e}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(e))
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += kids.get(p, [])
+    for p in seen:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
@@ -139,6 +168,9 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=16, help="candidates (default 16)")
     ap.add_argument("--jobs", type=int, default=8, help="processes in all, half per mode (default 8)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds after which unfinished builds are stopped and left out of the table "
+                         "(default: none; a device call should set one below its own limit)")
     ap.add_argument("--load-timeout", type=float, default=240.0,
                     help="seconds a candidate may take to load (build included) before it counts as failed (default 240)")
     a = ap.parse_args()
@@ -152,15 +184,28 @@ def main() -> int:
 
     ctx = multiprocessing.get_context("spawn")
     t0 = time.monotonic()
-    with ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True)) as ps, \
-            ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False)) as po:
-        fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]
-        mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
-        for f in as_completed(fs + fo):  # each as it ends: a run killed by its time limit keeps what ended
+    ps = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True))
+    po = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False))
+    fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]
+    mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
+    late = False
+    try:
+        # each as it ends; at the deadline the candidates not built by both modes are left out
+        for f in as_completed(fs + fo, timeout=a.deadline):
             r = f.result()
             print(f"  {time.monotonic() - t0:6.0f}s {mode_of[f]:7} {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) "
                   f"{r['status']:13} {r['id']}", flush=True)
-        stock, ours = [f.result() for f in fs], [f.result() for f in fo]
+    except FuturesTimeout:
+        late = True
+        print(f"  deadline ({a.deadline:.0f} s): {sum(not f.done() for f in fs + fo)} build(s) unfinished, left out",
+              flush=True)
+    finished = [(x.result(), y.result()) for x, y in zip(fs, fo) if x.done() and y.done()]
+    for pool in (ps, po):  # after the deadline stop what still runs: its processes and their compilers
+        procs = list((getattr(pool, "_processes", None) or {}).values()) if late else []
+        pool.shutdown(wait=not late, cancel_futures=True)
+        for proc in procs:
+            _kill_tree(proc.pid)
+    stock, ours = [x for x, _ in finished], [y for _, y in finished]
     wall = time.monotonic() - t0
     table = []
     for s, o in zip(stock, ours):
@@ -174,7 +219,7 @@ def main() -> int:
     ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]
     st, ou = [t["stock_s"] for t in ok], [t["ours_s"] for t in ok]
     sn, on = [t["stock_ninja_s"] for t in ok], [t["ours_ninja_s"] for t in ok]
-    summary = {"candidates": len(table), "both_ok": len(ok), "jobs_per_mode": half, "wall_s": round(wall, 1),
+    summary = {"candidates": len(table), "left_out_at_deadline": len(rows) - len(table), "both_ok": len(ok), "jobs_per_mode": half, "wall_s": round(wall, 1),
                "stock_median_s": statistics.median(st) if st else None, "stock_p90_s": pct(st, 0.9),
                "ours_median_s": statistics.median(ou) if ou else None, "ours_p90_s": pct(ou, 0.9),
                "stock_ninja_median_s": statistics.median(sn) if sn else None, "stock_ninja_p90_s": pct(sn, 0.9),
@@ -195,7 +240,8 @@ def main() -> int:
         print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['stock_ninja_s']:8.1f} "
               f"{t['ours_ninja_s']:8.1f} {t['ours_mode']:>10} "
               f"{str(t.get('sass_identical', '-')):>9} {str(t.get('host_identical', '-')):>9}  {note[:90]}")
-    print(f"\ncompile per candidate, {len(ok)} candidates built by both, {half} at a time per mode, same run:")
+    cut = f" ({summary['left_out_at_deadline']} left out at the deadline)" if summary["left_out_at_deadline"] else ""
+    print(f"\ncompile per candidate, {len(ok)} candidates built by both{cut}, {half} at a time per mode, same run:")
     print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
     print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
     print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")

@@ -8,7 +8,7 @@ install_kverify
 echo "nproc $(nproc); $(c++ --version | head -1); $(nvcc --version | tail -1)"
 # NARROW=1: kverify's builds try the opt-in narrow header first, checked (KVERIFY_NARROW_HEADERS=1)
 KVERIFY_NARROW_HEADERS="${NARROW:-0}" timeout "${BENCH_LIMIT:-480}" python3 bench/compile.py --corpus .corpus/accepted_kernels.jsonl \
-  --limit "${LIMIT:-12}" --jobs "${JOBS:-8}" --json "$OUT/compile_bench.json" 2>&1 | tee "$OUT/compile_bench.txt"
+  --limit "${LIMIT:-12}" --jobs "${JOBS:-8}" --json "$OUT/compile_bench.json" --deadline "$(( ${BENCH_LIMIT:-480} - 40 ))" 2>&1 | tee "$OUT/compile_bench.txt"
 if [ "${CUH:-1}" = 1 ]; then  # the CUDA file alone: fast-build headers vs narrow header, cuobjdump -sass compared
   timeout "${CUH_LIMIT:-120}" python3 bench/cu_headers.py --corpus .corpus/accepted_kernels.jsonl \
     --limit "${CUH_N:-16}" --reps 1 --jobs "${JOBS:-8}" --source bench/narrow_controls/overload_var_std.cu \

@@ -285,3 +285,32 @@ def test_a_class_template_qualifier_is_a_member_lookup():
     extra = "int max(int, int);"
     src = "float big() { return std::numeric_limits<float>::max(); }"
     assert D.compare(tu(common + extra, src), tu(common, src), "main.cu") == []
+
+
+def test_a_template_no_argument_can_bind_to_is_ignored_where_lookup_is_one_scope():
+    """``using namespace torch`` brings c10's ``operator==`` templates over a class template only
+    the full set declares into unqualified lookup (argument-dependent lookup already left them
+    out). With the source's code outside the headers' namespaces the
+    global namespace and what using-directives nominate are one scope ([namespace.udir]), so such
+    a template can neither be chosen (deduction admits no conversion) nor hide anything: ignored.
+    Still counted: code in a header namespace (hiding), a template over a class the reduced set
+    has, a non-template over a class a converting constructor makes, a qualified use."""
+    std = "namespace std { template <class T> class shared_ptr {}; }\n"
+    common = std + ("namespace c10 { struct Half {}; }\nnamespace at { using namespace c10; struct Tensor "
+                    "{ long size(int) const; }; }\nnamespace torch { using namespace at; }")
+    tmpl = ("namespace c10 { template <class T> class SingletonOrSharedTypePtr {}; template <class T, class U> "
+            "bool operator==(const SingletonOrSharedTypePtr<T>& x, const SingletonOrSharedTypePtr<U>& y); "
+            "template <class T, class U> bool operator==(const std::shared_ptr<T>& x, const SingletonOrSharedTypePtr<U>& y); }")
+    src = "using namespace torch;\nbool f(torch::Tensor a, torch::Tensor b) { return a.size(0) == b.size(0); }"
+    assert D.compare(tu(common + tmpl, src), tu(common, src), "main.cu") == []
+    inside = "namespace at { bool f(Tensor a, Tensor b) { return a.size(0) == b.size(0); } }"
+    assert "operator== (c10|" in D.compare(tu(common + tmpl, inside), tu(common, inside), "main.cu")[0]
+    known = "namespace c10 { template <class T, class U> bool operator==(const std::shared_ptr<T>&, const std::shared_ptr<U>&); }"
+    assert "operator== (c10|" in D.compare(tu(common + known, src), tu(common, src), "main.cu")[0]
+    conv = "namespace c10 { struct Type { Type(long); }; bool operator==(const Type& a, const Type& b); }"
+    assert "operator== (c10|" in D.compare(tu(common + conv, src), tu(common, src), "main.cu")[0]
+    fn = "namespace c10 { template <class T> class Only {}; template <class T> int g(const Only<T>&); }"
+    qualified = "int h(torch::Tensor a) { return torch::g(a); }"
+    assert "g (c10|" in D.compare(tu(common + fn, qualified), tu(common, qualified), "main.cu")[0]
+    unqualified = "using namespace torch;\nint h(torch::Tensor a) { return g(a); }"
+    assert D.compare(tu(common + fn, unqualified), tu(common, unqualified), "main.cu") == []

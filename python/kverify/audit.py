@@ -111,8 +111,8 @@ def _own_shard_only(j: Journal, path: str, i: int, n: int, place: dict[str, int]
         x = foreign[0]
         raise UsageError(f"{path}: holds {len(foreign)} row(s) of another shard ({x!r} is in shard "
                          f"{place[x] % n}/{n}), though its name says shard {i}/{n}: was it copied from another "
-                         f"shard's journal? Use the right file, or a path without {SHARD_FIELD} for one journal "
-                         f"of several shards")
+                         f"shard's journal? Use the right file (or, to keep several shards in one journal, a path "
+                         f"without {SHARD_FIELD} and one shard per run; `kverify merge` joins shard journals)")
 
 
 def _failed_build(candidate_source: str, caught: bool) -> str:

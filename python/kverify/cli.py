@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("corpus", help="corpus JSONL (corpus rows, or CUDA-L1 records with ref_code/custom_code)")
     au.add_argument("--journal", required=True,
                     help="SQLite journal to create or resume; with several shards a path containing {shard}, "
-                         "replaced by each shard's i-of-n (one journal per shard)")
+                         "replaced by each shard's i-of-n (one journal per shard; one holding another "
+                         "shard's rows is refused)")
     au.add_argument("--shard", default=None,
                     help="i/n: this process audits rows p with p %% n == i; i/n,j/n,...: these shards, in that "
                          "order, by one scheduler (the next shard's rows fill the GPUs while one's last rows end)")

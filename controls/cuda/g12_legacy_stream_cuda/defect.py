@@ -1,6 +1,7 @@
-"""DEFECT (G12): launches with no stream argument, i.e. on the legacy default stream, which PyTorch's
-pool streams do not wait for: the most common form in the corpus. Before the windows of rules
-2026-12-01.4 (one 50 ms spin) this passed G12 whenever the process was late to launch."""
+"""DEFECT (G12): launches with no stream argument, i.e. on the legacy default stream, which does not
+wait for work queued on PyTorch's current (pool, non-blocking) stream: the kernel reads the inputs
+before the copies still pending there have run. The most common form in the corpus. Before the
+windows of rules 2026-12-01.4 (one 50 ms spin) this passed G12 whenever the process launched late."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

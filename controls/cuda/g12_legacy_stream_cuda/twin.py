@@ -1,6 +1,9 @@
 """TWIN of g12_legacy_stream_cuda: reads a value on the host first (``.item()``, which waits for the
-current stream, pending writes included), then launches on the legacy default stream. Its output is
-right: G12 must pass it, saying the stream order could not be observed (each window missed)."""
+current stream, pending writes included), then launches on the legacy default stream and waits
+for the device (``cudaDeviceSynchronize``), so its output is right and complete when the call
+returns. G12 must pass it: the call begins inside each window and itself outlasts it (it waits for
+the GPU), so G12 says the stream order could not be observed. (A window the harness misses, the
+call beginning only after the spin, is different: that is ERROR, not established.)"""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -26,7 +26,10 @@ unit built both ways, whether any of that can happen to the names the source its
    them: a class declared again without a body; a function template that deduces from a class
    template only the full set declares (deduction admits no conversion); a function with a
    parameter of an enum, or of a class without a converting constructor, that only the full set
-   declares; a friend of a class only the full set defines;
+   declares; a friend of a class only the full set defines. (Those functions are left out where
+   argument-dependent lookup finds them, and also where ordinary lookup does when every use of
+   the name is unqualified and the source's code is in no namespace of the headers: the global
+   namespace and what using-directives nominate are then one scope, where nothing hides.)
 3. the using-directives of every namespace searched must be the same.
 
 What it does not see (argued, not proven; an adversarial review of the first version found 13
@@ -925,20 +928,30 @@ def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None) ->
     return False
 
 
-def _relevant(d: Decl, lookup: set[str], adl: set[str], full: Index, reduced: Index, name: str | None = None) -> bool:
+def _relevant(d: Decl, lookup: set[str], adl: set[str], full: Index, reduced: Index, name: str | None = None,
+              merged: bool = False) -> bool:
     """Can declaration ``d`` take part in what a use of its name in the source means? Yes when
     ordinary or qualified lookup searches its namespace (but a class declared again without a
     body adds nothing), or when it is a function that argument-dependent lookup can find: in a
     namespace where the reduced set declares a class or enum (the source can hold no other
-    type; a friend: only with its class defined in the reduced set), unless it is a template
-    deducing from a class template only the full set declares."""
+    type; a friend: only with its class defined in the reduced set), unless no argument can
+    bind to it (_full_only: a template deducing from a class template only the full set
+    declares, ...). ``merged``: the name's every lookup is unqualified from code outside the
+    headers' namespaces, so the global namespace and the namespaces its using-directives
+    nominate form one scope for it ([namespace.udir]: their members are found as if declared in
+    the global namespace) and no header declaration can hide another there; a function found
+    that way that no argument can bind to changes nothing either (e.g. c10's ``operator==``
+    templates over a class template only the full set declares, reached by ``using namespace
+    torch``)."""
     if d.owner is not None:  # a friend: found only by ADL, with its class an associated class
         if not adl:
             return False
         ns, _, path = d.owner.partition("|")
         return (ns, path) in reduced.defined
     if d.ns in lookup:
-        return not d.forward
+        if d.forward:
+            return False
+        return not (merged and d.kind == "function" and _full_only(d, full, reduced, name))
     return d.kind == "function" and d.ns in adl and not _full_only(d, full, reduced, name)
 
 
@@ -1021,13 +1034,18 @@ def compare_indexes(full: Index, reduced: Index, used: dict[str, set[str]], dire
     # member of a class it only declares, or lacks, belongs to an object the source cannot have)
     complete = {path.rpartition("::")[2] for _, path in reduced.defined}
 
+    # no namespace of the headers is one the source's code is in: its unqualified lookups meet
+    # the headers only in the global namespace and what using-directives put there (_relevant)
+    outside = not any(resolve(n) in full.namespaces for n in opened)
+
     def decls(idx: Index, name: str, how: set[str]) -> Counter:
         lookup = set().union(*(scopes[h] for h in how))
         adl_ns = adl if CALL in how else set()
         member = MEMBER in how
+        merged = outside and how <= {UNQUALIFIED, CALL, MEMBER}
         c = Counter(d.head for d in idx.decls.get(name, ())
                     if (d.kind == "qualified" and member and (d.qualifier is None or d.qualifier in complete))
-                    or (d.kind != "qualified" and _relevant(d, lookup, adl_ns, full, reduced, name)))
+                    or (d.kind != "qualified" and _relevant(d, lookup, adl_ns, full, reduced, name, merged)))
         c.update(d.head for d, ids in idx.unnamed if name in ids and (d.ns in lookup or d.ns in adl_ns))
         return c
 

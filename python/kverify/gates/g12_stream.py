@@ -8,11 +8,12 @@ leaves no extra Python thread running and replaces no framework or timer functio
 identity before loading the candidate and after its calls).
 Windows (rules 2026-12-01.4; kverify._internal.worker.stream_attempts): a right output counts
 only if the call began and returned while the spin before the copies still had half its length
-to run; else the spin grows (~50 ms, 0.5 s). One 50 ms spin let a late (descheduled) process
-pass: on the H200 audit two rows judged twice failed once and passed once. A call that itself
-outlasts every window (it waits for the GPU) passes with "stream order not observable"; windows
-the harness missed (the call began late every time) and outputs two plain calls disagree on leave
-the stream part not established (ERROR; G04 judges the latter). The functions the measurement
+to run; else the spin grows (1e8, then 1e9 GPU cycles: ~50 ms, 0.5 s at the H200's clock). One
+50 ms spin let a late (descheduled) process pass: on the H200 audit two rows judged twice failed
+once and passed once. A call that begins inside every window and itself outlasts it (it waits
+for the GPU) passes with "stream order not observable"; a call that began only after the spin
+every time (the harness was late) and outputs two plain calls disagree on leave the stream part
+not established (ERROR; G04 judges the latter). The functions the measurement
 relies on (Event.query, _sleep, Stream, stream) are watched too.
 Catches: kernels launched on the legacy default stream or a private stream without joining the
 current one, work left running in a background thread, harness monkey-patching (timers made to
