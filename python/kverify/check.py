@@ -178,7 +178,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
         try:  # the reference itself must run at its own shape, or nothing can be judged
             ctx.expected(ctx.job("run", "G01"))
         except Exception as e:  # noqa: BLE001
-            if getattr(ctx.oracle, "stage", None) == "oracle":  # the reference ran; its fp64 copy did not
+            if ctx.oracle.stage == "oracle":  # the reference ran; its fp64 copy did not
                 raise LoadError(reference_path, f"the reference ran at its own shape but its float64 copy (the "
                                                 f"oracle) raised {type(e).__name__}: {e}") from None
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
