@@ -135,6 +135,41 @@ def test_sigterm_says_interrupted_and_leaves_no_worker(tmp_path):
     assert _workers_of(tmp) == []
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_an_interrupt_inside_a_workers_start_leaves_no_worker(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, which the CLI turns into KeyboardInterrupt) that lands while Popen is
+    starting a worker: cancel() still kills that worker. The start is made slow (the process
+    exists, Popen has not returned) and SIGINT is sent to the main thread meanwhile; with the start
+    in the main thread the interrupt left the new worker unregistered and running (seen in CI as a
+    worker outliving `kverify check` after SIGTERM)."""
+    import signal
+    import subprocess
+    import threading
+
+    from kverify import sandbox as sandbox_mod
+
+    real = subprocess.Popen
+
+    class SlowStart(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if "kverify._internal.worker" in a[0]:  # not the compiler probes made meanwhile
+                time.sleep(2.0)  # a fork/exec under load: the child runs, Popen has not returned
+
+    monkeypatch.setattr(sandbox_mod.subprocess, "Popen", SlowStart)
+    sb, _ = _relu_box(tmp_path, "time.sleep(60)\n")
+    main = threading.get_ident()
+    threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sb.prestart("gates")
+            time.sleep(5)  # not reached when the interrupt lands in the start, as it should
+    finally:
+        sb.cancel()
+    assert _workers_of(tmp_path / "work") == []
+    sb.cleanup()
+
+
 def _reference_waiting_for_a_load(marks: Path, wait_s: float) -> str:
     """The relu reference, plus module code that, in kverify's own process only (workers have
     KVERIFY_PARENT_PID), waits up to wait_s for a candidate worker's load mark, and records whether

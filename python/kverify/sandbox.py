@@ -198,19 +198,48 @@ class Sandbox:
         (jobdir / "spec.json").write_text(json.dumps(spec))
         (jobdir / "load_error.json").unlink(missing_ok=True)
         rfd, wfd = os.pipe()
-        with self._lock:
-            if self._cancelled:
-                os.close(rfd), os.close(wfd)
-                raise Cancelled("the check was stopped")
-            self._launches += 1
-            log_path = jobdir / f"worker_{self._launches}.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir), str(wfd)],
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
-            self._live.add(proc)
-        os.close(wfd)
-        return proc, _Lines(rfd), time.monotonic(), log_path
+        started: dict = {}
+
+        def start() -> None:
+            with self._lock:
+                if self._cancelled:
+                    os.close(rfd), os.close(wfd)
+                    return
+                self._launches += 1
+                log_path = jobdir / f"worker_{self._launches}.log"
+                try:
+                    with open(log_path, "wb") as log:
+                        proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir),
+                                                 str(wfd)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
+                except BaseException as e:  # noqa: BLE001 -- handed to the caller
+                    os.close(rfd), os.close(wfd)
+                    started["error"] = e
+                    return
+                self._live.add(proc)
+                os.close(wfd)
+                started.update(proc=proc, log=log_path)
+
+        # The start and the registration in _live run in a thread of their own: Ctrl-C (and SIGTERM,
+        # which the CLI turns into KeyboardInterrupt) is raised in the main thread only, and raised
+        # inside Popen after the fork it would leave a worker that cancel() never sees (it ends
+        # only when its lifeline notices this process gone: found by tests/test_check_concurrency.py
+        # under load). Here an interrupt lands in join(); cancel() then waits for the lock, so it
+        # kills a worker that was being started.
+        t = threading.Thread(target=start, name="kverify-spawn", daemon=True)
+        t.start()
+        try:
+            t.join()
+        except BaseException:  # interrupted: the start itself ends within milliseconds
+            t.join()
+            if "proc" in started:  # its worker is cancel()'s to kill; its status pipe is closed here
+                os.close(rfd)
+            raise
+        if "error" in started:
+            raise started["error"]
+        if "proc" not in started:
+            raise Cancelled("the check was stopped")
+        return started["proc"], _Lines(rfd), time.monotonic(), started["log"]
 
     def _launch(self, jobs, start, jobdir: Path, outcomes, wrapper: list[str], timeout: float, env: dict,
                 prestarted: tuple | None = None) -> int:
