@@ -857,6 +857,40 @@ def test_an_interrupted_audit_says_what_was_in_flight_and_where(tmp_path, group)
     assert not any(d.startswith("check of ex/fast") for d in dumps)  # a finished row leaves no file
 
 
+def test_an_interrupt_inside_a_rows_process_start_leaves_no_process(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, turned into KeyboardInterrupt by the CLI) landing while a row's process
+    is being started: the audit's unwinding still kills it. The start is made slow and sends the
+    interrupt itself, after the child exists and before start() returns; with the start in the
+    main thread the row's process was never registered and ran on (its candidate sleeps 60 s)."""
+    import multiprocessing
+    import threading
+    from multiprocessing.context import SpawnProcess
+
+    from kverify.audit import run_audit
+
+    ref = (RELU / "reference.py").read_text()
+    slow = ("import time\ntime.sleep(60)\nimport torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n        return torch.relu(x)\n")
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps({"id": "ex/slow", "reference": ref, "candidate": slow, "level": 1}) + "\n")
+    real, main, started = SpawnProcess.start, threading.main_thread().ident, []
+
+    def slow_start(self):
+        real(self)
+        started.append(self)
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(2.0)  # a start under load: the child runs, start() has not returned
+
+    monkeypatch.setattr(SpawnProcess, "start", slow_start)
+    with pytest.raises(KeyboardInterrupt):
+        run_audit(str(f), str(tmp_path / "j.sqlite"), device="cpu", gates=["G01"], jobs=2, compile_jobs=0)
+    assert len(started) == 1
+    started[0].join(10)
+    # killed by the audit (an orphan ended on its own: it failed once the audit's folder was gone)
+    assert started[0].exitcode == -signal.SIGKILL
+    assert multiprocessing.active_children() == []
+
+
 def test_sigterm_unwinds_once():
     """The CLI's SIGTERM handler raises KeyboardInterrupt and ignores later TERMs, so a second TERM
     (GNU timeout's to the process group) cannot cut the audit's unwinding short."""

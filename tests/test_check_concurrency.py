@@ -136,38 +136,105 @@ def test_sigterm_says_interrupted_and_leaves_no_worker(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
-def test_an_interrupt_inside_a_workers_start_leaves_no_worker(tmp_path, monkeypatch):
+@pytest.mark.parametrize("handlers", ["python", "kverify"])
+def test_an_interrupt_inside_a_workers_start_leaves_no_worker(tmp_path, monkeypatch, handlers):
     """Ctrl-C (or SIGTERM, which the CLI turns into KeyboardInterrupt) that lands while Popen is
-    starting a worker: cancel() still kills that worker. The start is made slow (the process
-    exists, Popen has not returned) and SIGINT is sent to the main thread meanwhile; with the start
-    in the main thread the interrupt left the new worker unregistered and running (seen in CI as a
-    worker outliving `kverify check` after SIGTERM)."""
+    starting a worker: cancel() still kills that worker. The start is made slow and sends SIGINT
+    to the main thread after the process exists, before Popen returns; with the start in the main
+    thread the interrupt left the new worker unregistered and running (seen in CI as a worker
+    outliving `kverify check` after SIGTERM). ``handlers``: Python's own SIGINT handler (kverify
+    as a library: the start runs in a thread of its own) or the CLI's (the interrupt is held
+    until the worker is registered)."""
     import signal
     import subprocess
     import threading
 
+    from kverify import cli
     from kverify import sandbox as sandbox_mod
 
-    real = subprocess.Popen
+    real, main, in_main = subprocess.Popen, threading.main_thread().ident, []
 
     class SlowStart(real):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             if "kverify._internal.worker" in a[0]:  # not the compiler probes made meanwhile
+                in_main.append(threading.get_ident() == main)
+                signal.pthread_kill(main, signal.SIGINT)
                 time.sleep(2.0)  # a fork/exec under load: the child runs, Popen has not returned
 
     monkeypatch.setattr(sandbox_mod.subprocess, "Popen", SlowStart)
     sb, _ = _relu_box(tmp_path, "time.sleep(60)\n")
-    main = threading.get_ident()
-    threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    if handlers == "kverify":
+        signal.signal(signal.SIGINT, cli._sigint)
+        signal.signal(signal.SIGTERM, cli._terminate)
     try:
         with pytest.raises(KeyboardInterrupt):
             sb.prestart("gates")
-            time.sleep(5)  # not reached when the interrupt lands in the start, as it should
+            time.sleep(5)  # not reached: the interrupt comes out of the start
     finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
         sb.cancel()
+    assert in_main == [handlers == "kverify"]  # held in the main thread, or started in another
     assert _workers_of(tmp_path / "work") == []
     sb.cleanup()
+
+
+@pytest.mark.parametrize("when", ["before the thread exists", "after the thread began"])
+def test_an_interrupt_inside_thread_start_is_waited_out_or_raised(monkeypatch, when):
+    """kverify as a library: start_whole's own thread start interrupted. Before the thread exists
+    nothing was started: KeyboardInterrupt within seconds, start() never runs. After it began:
+    start() finishes (the child is registered) before KeyboardInterrupt is raised."""
+    import threading
+
+    from kverify._internal.lifeline import start_whole
+
+    real, ran = threading.Thread.start, []
+
+    def interrupted_start(self):
+        if when == "after the thread began":
+            real(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        start_whole(lambda: (time.sleep(1.0), ran.append(1)))
+    assert ran == ([1] if when == "after the thread began" else [])
+    assert time.monotonic() - t < 30
+
+
+def test_an_interrupt_held_during_a_failed_start_is_raised_once():
+    """Under the CLI's handlers an interrupt during a start that then fails is not lost (it comes
+    out as KeyboardInterrupt, the failure as its context) and is not raised again by a later
+    start."""
+    import signal
+    import threading
+
+    from kverify import cli
+    from kverify._internal.lifeline import start_whole
+
+    main = threading.main_thread().ident
+
+    def failing():
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.2)  # the handler runs (and holds it) meanwhile
+        raise OSError("planted start failure")
+
+    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, cli._sigint)
+    signal.signal(signal.SIGTERM, cli._terminate)
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            start_whole(failing)
+        assert isinstance(e.value.__context__, OSError)
+        ran = []
+        start_whole(lambda: ran.append(1))  # nothing held any more
+        assert ran == [1]
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
 
 
 def _reference_waiting_for_a_load(marks: Path, wait_s: float) -> str:

@@ -247,3 +247,24 @@ def test_a_finding_made_before_the_oracle_was_refused_stands(tmp_path, monkeypat
     assert g["verdict"] == verdict, g
     assert ("judged on 1 of 3 runs" in g["summary"]) == (verdict == "FAIL"), g["summary"]
     assert ("not established" in g["summary"]) == (verdict == "ERROR"), g["summary"]
+
+
+@pytest.mark.parametrize("sigint", ["python", "ignored"])
+def test_main_gives_the_callers_signal_handlers_back(tmp_path, sigint):
+    """main() holds Ctrl-C and SIGTERM while it starts processes (its own handlers); called
+    in-process it gives the caller's handlers back, and a Ctrl-C ignored at its start (`kverify
+    ... &` from a script) stays ignored."""
+    import signal
+
+    from kverify import cli
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    mine = signal.default_int_handler if sigint == "python" else signal.SIG_IGN
+    signal.signal(signal.SIGINT, mine)
+    try:
+        assert cli.main(["report", str(tmp_path / "missing.sqlite"), "--out", str(tmp_path / "r")]) == 2
+        assert signal.getsignal(signal.SIGINT) == mine
+        assert signal.getsignal(signal.SIGTERM) == before[1]
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kverify._internal import cpu_seconds, cuda_schedule
+from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import CLASSES, FAULT_PREFIX, Journal, cut_by_budget
 
@@ -808,8 +809,11 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         n += 1
         out = str(tmp / f"{n}.json")
         p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial), daemon=True)
-        p.start()
-        running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+
+        def launch() -> None:
+            p.start()
+            running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+        start_whole(launch)  # Ctrl-C or SIGTERM cannot fall between the start and the registration
 
     def in_time(stage: str, ahead: int) -> bool:
         """May a process of ``stage`` start within the time limit (TimeLimit; ``ahead``: rows

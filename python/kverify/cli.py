@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from kverify._internal.lifeline import interrupt
 from kverify.errors import KverifyError, LoadError, UsageError
 
 
@@ -199,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--out", required=True,
                     help="output folder (created if needed; its report.* and plots are replaced), e.g. results/audit")
     rp.set_defaults(func=cmd_report, timeout=1.0, load_timeout=1.0)
-    # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed
-    signal.signal(signal.SIGTERM, _terminate)
+    # SIGTERM (a batch runner's `timeout`) unwinds like Ctrl-C, so worker processes are killed;
+    # both wait while a process is being started (lifeline.start_whole), so none is left running
+    saved = signal.signal(signal.SIGTERM, _terminate), signal.getsignal(signal.SIGINT)
+    if saved[1] != signal.SIG_IGN:  # started with Ctrl-C ignored (`kverify ... &` from a script): it stays so
+        signal.signal(signal.SIGINT, _sigint)
     a = None
     try:
         a = ap.parse_args(_glue_dash_values(sys.argv[1:] if argv is None else argv))
@@ -222,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             if a is not None and a.func is cmd_audit else "no worker is left running"
         Console(stderr=True).print(f"kverify: interrupted; {what}", highlight=False, soft_wrap=True)
         return 130
+    finally:  # main() called in-process (tests) gives the caller its handlers back; a SIGTERM that
+        # came stays ignored, so GNU timeout's second TERM (to the group) cannot cut the exit short
+        if signal.getsignal(signal.SIGTERM) is _terminate:
+            signal.signal(signal.SIGTERM, saved[0] if saved[0] is not None else signal.SIG_DFL)
+        if signal.getsignal(signal.SIGINT) is _sigint and saved[1] is not None:
+            signal.signal(signal.SIGINT, saved[1])
 
 
 def _glue_dash_values(argv: list[str]) -> list[str]:
@@ -240,12 +250,22 @@ def _glue_dash_values(argv: list[str]) -> list[str]:
     return out
 
 
-def _terminate(*_) -> None:
+def _terminate(signum: int = signal.SIGTERM, _frame=None) -> None:
     """SIGTERM handler: unwind like Ctrl-C, once. Later TERMs are ignored, so the unwinding (the
     audit's account of its rows in flight, killing its processes) is not cut short: GNU timeout,
-    for one, sends TERM to the command and then to its whole process group."""
+    for one, sends TERM to the command and then to its whole process group. Raises
+    KeyboardInterrupt (held while a process is being started: lifeline.interrupt)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    interrupt(signum)
+
+
+def _sigint(signum: int = signal.SIGINT, _frame=None) -> None:
+    """SIGINT handler: KeyboardInterrupt, as Python's own, but held while a process is being
+    started (lifeline.interrupt)."""
+    interrupt(signum)
+
+
+_terminate.kverify_defers = _sigint.kverify_defers = True  # type: ignore[attr-defined]  (lifeline.defers)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from kverify._internal import CUDNN_ENV
+from kverify._internal.lifeline import start_whole
 from kverify.build import build_env
 from kverify.errors import LoadError
 from kverify.journal import BUDGET_MARK
@@ -203,41 +204,24 @@ class Sandbox:
         def start() -> None:
             with self._lock:
                 if self._cancelled:
-                    os.close(rfd), os.close(wfd)
                     return
                 self._launches += 1
                 log_path = jobdir / f"worker_{self._launches}.log"
-                try:
-                    with open(log_path, "wb") as log:
-                        proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir),
-                                                 str(wfd)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
-                except BaseException as e:  # noqa: BLE001 -- handed to the caller
-                    os.close(rfd), os.close(wfd)
-                    started["error"] = e
-                    return
+                with open(log_path, "wb") as log:
+                    proc = subprocess.Popen([*wrapper, sys.executable, "-m", "kverify._internal.worker", str(jobdir),
+                                             str(wfd)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            pass_fds=(wfd,), env={**self._env(), **env}, start_new_session=True)
                 self._live.add(proc)
-                os.close(wfd)
                 started.update(proc=proc, log=log_path)
 
-        # The start and the registration in _live run in a thread of their own: Ctrl-C (and SIGTERM,
-        # which the CLI turns into KeyboardInterrupt) is raised in the main thread only, and raised
-        # inside Popen after the fork it would leave a worker that cancel() never sees (it ends
-        # only when its lifeline notices this process gone: found by tests/test_check_concurrency.py
-        # under load). Here an interrupt lands in join(); cancel() then waits for the lock, so it
-        # kills a worker that was being started.
-        t = threading.Thread(target=start, name="kverify-spawn", daemon=True)
-        t.start()
         try:
-            t.join()
-        except BaseException:  # interrupted: the start itself ends within milliseconds
-            t.join()
-            if "proc" in started:  # its worker is cancel()'s to kill; its status pipe is closed here
-                os.close(rfd)
+            start_whole(start)  # an interrupt cannot come between the start and the registration in _live
+        except BaseException:  # a started worker is in _live: cancel() kills it
+            os.close(wfd), os.close(rfd)
             raise
-        if "error" in started:
-            raise started["error"]
+        os.close(wfd)
         if "proc" not in started:
+            os.close(rfd)
             raise Cancelled("the check was stopped")
         return started["proc"], _Lines(rfd), time.monotonic(), started["log"]
 

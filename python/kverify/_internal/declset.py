@@ -26,7 +26,10 @@ unit built both ways, whether any of that can happen to the names the source its
    them: a class declared again without a body; a function template that deduces from a class
    template only the full set declares (deduction admits no conversion); a function with a
    parameter of an enum, or of a class without a converting constructor, that only the full set
-   declares; a friend of a class only the full set defines. (Those functions are left out where
+   declares (one the reduced set declares without defining: only where no function of that name
+   there or in the source could take an argument of it, _may_take); a friend of a class only
+   the full set defines -- none of these where the source's own classes convert to a named type
+   (own_conversions). (Those functions are left out where
    argument-dependent lookup finds them, and also where ordinary lookup does when every use of
    the name is unqualified and the source's code is in no namespace of the headers: the global
    namespace and what using-directives nominate are then one scope, where nothing hides.)
@@ -44,7 +47,14 @@ at; cuda::g(t, 1)``); alias templates and non-deduced ``typename Id<T>::type`` t
 class templates; static members named through a class (``S::get(1)``); braced arguments reaching
 an aggregate only the full set has; alternative tokens (``not``, ``and``) taken as names; ``a >
 ::f(1)`` read as a member lookup; namespace aliases and using-declarations inside the headers; ADL
-through a lambda's namespace. Hence the narrow build stays opt-in. The scan is lexical, not a C++ parser: a statement it cannot name
+through a lambda's namespace. Stop 24 found 10 more (g++-confirmed; 4 reading the rules, 6 by two
+reviews), all fixed (REVIEW_CASES): rivals of a function over a class only declared, taking the argument through
+another class's converting constructor, an alias, a defaulted parameter, a dependent type, a
+using-directive in a header, or the source's own overload; the source's own conversion
+functions; ``::T`` read relative to the function's namespace. Not fixed: a conversion function
+of a class in the reduced headers (the source's own are seen) can still turn into a class only
+declared there, or (a template) into one only the full set declares.
+Hence the narrow build stays opt-in. The scan is lexical, not a C++ parser: a statement it cannot name
 is kept whole under every identifier in it (conservative).
 
 Pure Python (no kverify or torch import): kverify._internal.pnvcc, which runs as a script, calls it
@@ -407,6 +417,19 @@ def _is_ctor(h: list[str], cls: str) -> bool:
     return True
 
 
+def _leading_name(words: list[str]) -> list[str]:
+    """The qualified name a parameter's tokens start with, by part (``at :: Tensor &`` ->
+    ["at", "Tensor"]; ``long`` or ``(`` -> [])."""
+    q, k = [], 0
+    while k < len(words) and _is_name(words[k]):
+        q.append(words[k])
+        if k + 1 < len(words) and words[k + 1] == "::":
+            k += 2
+            continue
+        break
+    return q
+
+
 def _param_types(head: list[str]) -> frozenset:
     """Each parameter's type name as written, qualifier kept (``std :: ostream & s , at ::
     BlasBackend b`` -> {"std::ostream", "at::BlasBackend"}); parameters of a fundamental type, of
@@ -420,18 +443,9 @@ def _param_types(head: list[str]) -> frozenset:
         if "*" in p or "(" in p:  # a pointer (nullptr and 0 convert to any) or a function: any caller may have one
             continue
         p = [t for t in p if t not in ("const", "volatile", "typename", "struct", "class", "enum")]
-        q = []
-        k = 0
-        if p[:1] == ["::"]:
-            k = 1
-        while k < len(p) and _is_name(p[k]):
-            q.append(p[k])
-            if k + 1 < len(p) and p[k + 1] == "::":
-                k += 2
-                continue
-            break
+        q = _leading_name(p[1:] if p[:1] == ["::"] else p)
         if q and not (len(q) == 1 and q[0] in tparams):  # a template parameter is no type of the headers
-            out.add("::".join(q))
+            out.add(("::" if p[:1] == ["::"] else "") + "::".join(q))  # ::T: the global one (_where)
     return frozenset(out)
 
 
@@ -826,6 +840,16 @@ def _called(own: list[str], k: int) -> bool:
     return False
 
 
+def own_conversions(own: list[str]) -> bool:
+    """Does the source's own code (tokens) declare a conversion function to a named type
+    (``operator R() const`` with ``using R = decltype(c10::get())``, or a template's ``operator
+    T&()``)? Its class can then become a class the reduced set only declares, or one only the full
+    set has, so no function can be left out for want of an argument of such a class (_full_only):
+    g++ confirmed both (stop 24's reviews). Conversions to fundamental types (``operator long``)
+    reach no class."""
+    return any(t == "operator" and _is_name(own[k + 1]) for k, t in enumerate(own[:-1]))
+
+
 def own_directives(own: list[str]) -> set[str]:
     """Targets of the ``using namespace`` directives in the source's own code."""
     out = set()
@@ -885,6 +909,8 @@ def _ancestors(ns: str) -> list[str]:
 def _where(full: Index, ns: str, written: str) -> str | None:
     """The namespace where the full set declares the type ``written`` (as written in a
     declaration in ``ns``): searched from ``ns`` outwards, each with its inline namespaces."""
+    if written.startswith("::"):  # qualified from the global namespace: searched there only
+        written, ns = written[2:], ""
     q, _, x = written.rpartition("::")
     for a in _ancestors(ns):
         base = f"{a}::{q}" if a and q else (q or a)
@@ -894,7 +920,65 @@ def _where(full: Index, ns: str, written: str) -> str | None:
     return None
 
 
-def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None) -> bool:
+def _found_in(idx: Index, ns: str, written: str) -> set[str]:
+    """Every namespace where the type ``written`` (as written in a declaration in ``ns``) may be
+    declared in ``idx``: searched from ``ns`` outwards, each level with what its using-directives
+    nominate and its inline namespaces, all levels kept (a superset of what lookup finds)."""
+    if written.startswith("::"):
+        written, ns = written[2:], ""
+    q, _, x = written.rpartition("::")
+    out = set()
+    for a in _ancestors(ns):
+        for base in lookup_closure(idx, {a}):
+            b = f"{base}::{q}" if base and q else (q or base)
+            out.update(c for c in [b, *[i for i in idx.inline if i.rpartition("::")[0] == b]] if (c, x) in idx.declared)
+    return out
+
+
+def _may_take(r: Decl, x: str, reduced: Index) -> bool:
+    """Could ``r``, a declaration of the reduced set, take an argument of class ``x`` that the
+    reduced set declares without defining? Such an argument has no conversion of its own (the
+    compiler knows no bases or conversion functions of an incomplete class), so a parameter takes
+    it only if its type involves a template parameter (``T``, ``const T&``, ``auto``, a pack,
+    ``typename Id<T>::type``), names ``x``, or may be made from it by a constructor: an alias (it
+    may name ``x``), a class with a converting constructor wherever the name may be found
+    (_found_in), a type not found, a ``decltype``. Every parameter counts, defaulted ones too;
+    pointers and fundamental types take none. Anything but a function (a function object, a class
+    of that name) is taken to take it."""
+    if r.kind not in ("function", "qualified") or r.generic:
+        return True
+    head = tokens(r.head.partition("|")[2])
+    tparams = _template_params(head)
+    for p in _params(_strip(head)):
+        if "=" in p:  # the default: not the type
+            p = p[:p.index("=")]
+        if "..." in p or "decltype" in p or "auto" in p or tparams & set(p):
+            return True
+        outer, depth = [], 0  # the tokens outside template arguments
+        for t in p:
+            depth += 1 if t == "<" else -1 if t == ">" else -2 if t == ">>" else 0
+            if depth <= 0 and t not in (">", ">>"):
+                outer.append(t)
+        if "*" in outer or "(" in outer:  # a pointer or a function: no incomplete class converts to one
+            continue
+        words = [t for t in p if t not in ("const", "volatile", "typename", "struct", "class", "enum", "&", "&&")]
+        glob = words[:1] == ["::"]
+        words = words[1:] if glob else words
+        named = words[:-1] if len(words) > 1 and _is_name(words[-1]) else words  # without the parameter's name
+        if all(w in _TYPE_WORDS for w in named):  # a fundamental type (or no type)
+            continue
+        q = _leading_name(words)
+        if not q:
+            return bool(words)  # a shape not read: may take it
+        if q[-1] == x:
+            return True
+        where = _found_in(reduced, r.ns, ("::" if glob else "") + "::".join(q))
+        if not where or any((w, q[-1]) in reduced.aliases or (w, q[-1]) in reduced.converting for w in where):
+            return True
+    return False
+
+
+def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None, own: frozenset = frozenset()) -> bool:
     """Can no argument the source has bind to some parameter of ``d``, because its type exists
     only in the full set? Types are resolved as written, from ``d``'s namespace outwards (the
     first namespace, or inline namespace, where the full set declares the name); a type counts as
@@ -902,7 +986,10 @@ def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None) ->
     without a body is an argument the source can pass). Such a
     parameter excludes ``d`` when it is a class template ``d`` deduces (deduction admits no
     conversion), an enum (no conversion makes one), or a class without a constructor that could
-    convert (not explicit, taking arguments, or inherited). Unresolved names keep ``d``."""
+    convert (not explicit, taking arguments, or inherited). Unresolved names keep ``d``. For a
+    class the reduced set declares without defining, ``d`` is left out only if no function named
+    ``name`` there (_may_take) or in the source (``own``: the names its code declares) could take
+    an argument of it."""
     for p in d.params | d.types:
         where = _where(full, d.ns, p)
         if where is None:
@@ -915,12 +1002,15 @@ def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None) ->
         if (where, x) in reduced.declared:  # only declared there: the source may pass a T& or T*
             # ... but an argument of an incomplete class type has no conversion, so where the
             # full set's class cannot be made from another type either, the reduced build takes
-            # such an argument only through another function of that name that names T or takes
-            # any type; without one it does not compile, so d changes nothing that compiles
+            # such an argument only through another function of that name that could take it
+            # (_may_take), the headers' or the source's; without one it does not compile, so d
+            # changes nothing that compiles. (compare_indexes turns this off where the source's
+            # own classes convert to a named type: S::operator R() reaches d in the full build.)
             if p in d.params or (where, x) in full.enums or (where, x) in full.converting:
                 continue
             rivals = reduced.decls.get(name, ()) if name else ()
-            if not any(r.generic or any(t.rpartition("::")[2] == x for t in r.types | r.params) for r in rivals):
+            if name not in own and not any(_may_take(r, x, reduced) for r in rivals) \
+                    and not any(name in ids for _, ids in reduced.unnamed):
                 return True
             continue
         if p in d.params or (where, x) in full.enums or (where, x) not in full.converting:
@@ -929,7 +1019,7 @@ def _full_only(d: Decl, full: Index, reduced: Index, name: str | None = None) ->
 
 
 def _relevant(d: Decl, lookup: set[str], adl: set[str], full: Index, reduced: Index, name: str | None = None,
-              merged: bool = False) -> bool:
+              merged: bool = False, exclude: bool = True, own: frozenset = frozenset()) -> bool:
     """Can declaration ``d`` take part in what a use of its name in the source means? Yes when
     ordinary or qualified lookup searches its namespace (but a class declared again without a
     body adds nothing), or when it is a function that argument-dependent lookup can find: in a
@@ -942,7 +1032,8 @@ def _relevant(d: Decl, lookup: set[str], adl: set[str], full: Index, reduced: In
     the global namespace) and no header declaration can hide another there; a function found
     that way that no argument can bind to changes nothing either (e.g. c10's ``operator==``
     templates over a class template only the full set declares, reached by ``using namespace
-    torch``)."""
+    torch``). ``exclude``: False when the source's own classes convert to a named type
+    (own_conversions): then no function is left out by _full_only. ``own``: as _full_only."""
     if d.owner is not None:  # a friend: found only by ADL, with its class an associated class
         if not adl:
             return False
@@ -951,8 +1042,8 @@ def _relevant(d: Decl, lookup: set[str], adl: set[str], full: Index, reduced: In
     if d.ns in lookup:
         if d.forward:
             return False
-        return not (merged and d.kind == "function" and _full_only(d, full, reduced, name))
-    return d.kind == "function" and d.ns in adl and not _full_only(d, full, reduced, name)
+        return not (exclude and merged and d.kind == "function" and _full_only(d, full, reduced, name, own))
+    return d.kind == "function" and d.ns in adl and not (exclude and _full_only(d, full, reduced, name, own))
 
 
 def header_index(headers: str, cache_dir: str | None = None) -> Index:
@@ -997,13 +1088,18 @@ def compare(full_text: str, reduced_text: str, main: str, cache_dir: str | None 
                 f"{' '.join(tf[max(0, k - 3):k + 3])!r} / {' '.join(tr[max(0, k - 3):k + 3])!r}): a macro differs"]
     opened, aliases = own_namespaces(tf)
     return compare_indexes(header_index(hdr_full, cache_dir), header_index(hdr_red, cache_dir),
-                           uses(tf), own_directives(tf), opened, aliases)
+                           uses(tf), own_directives(tf), opened, aliases, not own_conversions(tf),
+                           frozenset(index(tf).decls))
 
 
 def compare_indexes(full: Index, reduced: Index, used: dict[str, set[str]], directives: set[str],
-                    opened: set[str] = frozenset(), aliases: dict[str, str] | None = None) -> list[str]:
+                    opened: set[str] = frozenset(), aliases: dict[str, str] | None = None,
+                    exclude: bool = True, own: frozenset = frozenset()) -> list[str]:
     """Reasons (as in compare) from two indexes, the source's uses (uses()), the targets of its
-    own using-directives, the namespaces it opens and its namespace aliases (own_namespaces)."""
+    own using-directives, the namespaces it opens, its namespace aliases (own_namespaces),
+    whether functions no argument can reach may be left out (False: the source's classes convert
+    to a named type, own_conversions) and the names the source's code declares at namespace scope
+    or as friends (index(): rivals, _full_only)."""
     aliases = aliases or {}
     reasons: list[str] = []
 
@@ -1045,7 +1141,7 @@ def compare_indexes(full: Index, reduced: Index, used: dict[str, set[str]], dire
         merged = outside and how <= {UNQUALIFIED, CALL, MEMBER}
         c = Counter(d.head for d in idx.decls.get(name, ())
                     if (d.kind == "qualified" and member and (d.qualifier is None or d.qualifier in complete))
-                    or (d.kind != "qualified" and _relevant(d, lookup, adl_ns, full, reduced, name, merged)))
+                    or (d.kind != "qualified" and _relevant(d, lookup, adl_ns, full, reduced, name, merged, exclude, own)))
         c.update(d.head for d, ids in idx.unnamed if name in ids and (d.ns in lookup or d.ns in adl_ns))
         return c
 
