@@ -962,4 +962,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 time.sleep(2.0)  # faulthandler writes at once; leave it time under load
         for p, *_ in running.values():
             p.kill()
+        reap_by = time.monotonic() + 5.0
+        for p, *_ in running.values():  # reaped, so no zombie is left for a never-reaping PID 1
+            p.join(timeout=max(0.0, reap_by - time.monotonic()))
         shutil.rmtree(tmp, ignore_errors=True)

@@ -17,16 +17,7 @@ def exit_with_parent(code: int = 70, period: float = 0.5, origin: str | int | No
     origin_pid = int(origin) if origin else None
 
     def gone() -> bool:
-        if os.getppid() != parent:
-            return True
-        if origin_pid is not None:
-            try:
-                os.kill(origin_pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
-        return False
+        return os.getppid() != parent or (origin_pid is not None and not alive(origin_pid))
 
     if gone():
         os._exit(code)
@@ -38,6 +29,29 @@ def exit_with_parent(code: int = 70, period: float = 0.5, origin: str | int | No
             time.sleep(period)
 
     threading.Thread(target=watch, daemon=True, name="kverify-parent-watch").start()
+
+
+def alive(pid: int) -> bool:
+    """Is process ``pid`` running? A zombie (dead, not yet reaped) is not: kill(pid, 0) still
+    succeeds on one, and a parent that never reaps (a container's PID 1, or a killed audit whose
+    row processes were re-parented there) keeps it so for good. On the H200 that kept a G11
+    racecheck worker (compute-sanitizer -> worker: its parent lives on, only its origin, the
+    SIGKILLed row process, had died) busy on two cores and the GPU for the whole next device call
+    (stop 25). Linux /proc gives the state; without /proc, kill(pid, 0) alone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]  # field 3, after the (command) that may hold spaces
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")  # gone since the kill(), unless there is no /proc at all
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 #: > 0 while the main thread is inside start_whole: interrupt() then holds Ctrl-C / SIGTERM
