@@ -4,7 +4,7 @@
 # have passed (a killed audit keeps every finished kernel; the next call resumes it).
 # Carry .deps and .corpus (accepted_kernels.jsonl). SHARD=i/n, or i/n,j/n,... : those shards by one
 # `kverify audit --shard` (in that order, the next one's rows filling the GPUs while one's last rows
-# end), each resuming its journal from results/audit/shards/ if there. Journals and logs under $OUT. On
+# end), each resuming its journal from results/audit/shards/ if there. Journals and audit.log under $OUT. On
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
@@ -13,24 +13,36 @@
 # line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO: those journalled in
 # the shard and not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
 # without a report, e.g. COMPILE_ERROR, always).
-# The audit log (progress, per-row failures) and a tail of it come back, and the Python stacks of
-# the checks still in flight when the time ran out (stacks.tgz: where slow rows spend their time).
+# The audit log (progress, per-row failures) and a tail of it come back, and in logs.tgz the build
+# and controls logs, CPU samples and the Python stacks of the checks still in flight when the time
+# ran out (stacks.tgz: where slow rows spend their time).
+# END=epoch seconds: when the call must be over (its start + 570 for the 600 s limit); the audit
+# gets what is left of it after the install and controls, less 70 s for its own stop and the
+# packing (AUDIT_S is then ignored). A call killed at its limit brings back only what is in $OUT
+# then, and at most 8 files: the journals live there (with their -wal until the end checkpoints
+# them), the other logs elsewhere until packed, so use at most 2 shards a call.
+# (Stop 25: AUDIT_S computed before the controls ran overran the limit; two shards' work was lost.)
+LOG_DIR=${LOG_DIR:-/tmp/kverify-logs}
+[ "$LOG_DIR" = "${OUT:-out}" ] || rm -rf "$LOG_DIR"  # stale logs of an earlier call out (never $OUT itself)
 source "$(dirname "$0")/device_common.sh"
+[ -z "${END:-}" ] || [[ "$END" =~ ^[0-9]+$ ]] || { echo "END=$END: not a whole number of seconds since the epoch"; exit 2; }
+# whatever ends the script (an early exit too), the logs come back packed
+trap '[ "$LOG_DIR" = "$OUT" ] || tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . 2>/dev/null' EXIT
 [ -n "${SHARD:-}" ] || { echo "SHARD=i/n[,j/n...] is needed"; exit 2; }
 [ -z "${REDO_FILE:-}" ] || [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
   # CONTROLS_ONLY=g11 (say): only the controls whose name contains it
   python3 -m kverify controls --device cuda --jobs "${CONTROL_JOBS:-12}" ${CONTROLS_ONLY:+--only "$CONTROLS_ONLY"} \
-    > "$OUT/controls_cuda.txt" 2>&1
-  echo "controls rc=$?"; tail -6 "$OUT/controls_cuda.txt"
+    > "$LOG_DIR/controls_cuda.txt" 2>&1
+  echo "controls rc=$?"; tail -6 "$LOG_DIR/controls_cuda.txt"
   [ -z "${CONTROLS_ONLY:-}" ] && for k in 1 2; do
     python3 -m kverify check controls/g09_cached_weight/reference.py controls/g09_cached_weight/twin.py \
-      --device cuda --gates G05 --json "$OUT/g05_twin_$k.json" > /dev/null 2>&1
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gates'][0]; print('G05 twin', g['verdict'], g['summary'][:300])" "$OUT/g05_twin_$k.json"
+      --device cuda --gates G05 --json "$LOG_DIR/g05_twin_$k.json" > /dev/null 2>&1
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['gates'][0]; print('G05 twin', g['verdict'], g['summary'][:300])" "$LOG_DIR/g05_twin_$k.json"
   done
 fi
-scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$OUT/proc_samples.txt" 2>&1 &  # where the CPU goes
+scripts/proc_sample.sh "${SAMPLE_S:-30}" > "$LOG_DIR/proc_samples.txt" 2>&1 &  # where the CPU goes
 sampler=$!
 # rows still in flight at the end write their Python stacks here (kverify.audit.STACK_ENV)
 export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir -p "$KVERIFY_STACK_DIR"
@@ -64,9 +76,13 @@ print(",".join(i for i in sys.argv[1].split(",") if i and i in old))
 PY
 )
 fi
-left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
+if [ -n "${END:-}" ]; then
+  left=$(( END - 70 - $(date +%s) ))
+else
+  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
+fi
 echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
-[ "$left" -ge 60 ] || { echo "only $left s of AUDIT_S left after the setup: no audit"; kill "$sampler" 2>/dev/null; exit 2; }
+[ "$left" -ge 60 ] || { echo "only $left s left for the audit after the setup ($([ -n "${END:-}" ] && echo "END less 70 s" || echo "AUDIT_S")): no audit"; kill "$sampler" 2>/dev/null; exit 2; }
 # one scheduler over all the shards, each row journalled in its shard's journal ({shard}): the next
 # shard's rows keep the GPUs busy while one shard's last rows end. --time-limit: the audit starts
 # nothing that cannot end in the time left and stops at it; the timeout is a backstop.
@@ -86,7 +102,7 @@ for path in filter(os.path.exists, sys.argv[1:]):  # none made (the audit failed
     db.close()
 PY
 kill "$sampler" 2>/dev/null
-tar czf "$OUT/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
+tar czf "$LOG_DIR/stacks.tgz" -C "$KVERIFY_STACK_DIR" .  # the checks' stacks
 python3 - "$OUT/audit.log" <<'PY'
 import re, statistics, sys
 text = open(sys.argv[1], errors="replace").read()

@@ -407,8 +407,13 @@ class Runner:
         return out
 
     def _synced_digests(self, m, x) -> list[str]:
-        """Digests of one plain call's tensor outputs, read after the whole device is synchronised
-        (a kernel on a stream of its own has finished: this is what the call computes)."""
+        """Digests of one plain call's tensor outputs: the whole device synchronised before the
+        call (its inputs are written, whichever stream it reads them on) and after it (a kernel on
+        a stream of its own has finished): what the call computes, with no stream order to get
+        wrong. Without the first sync a kernel on a private stream read inputs still being written
+        and two plain calls differed: the G12 side-stream control was left unjudged (ERROR) on
+        the H200 (rules .4 as first run)."""
+        _sync(self.device)
         y = [o for o in as_outputs(m(*x)) if isinstance(o, torch.Tensor)]
         _sync(self.device)
         return [engine.digest(o) for o in y]
