@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Samples what the machine is doing every ${1:-30} s until killed: load, GPU use, processes by
-# command with their CPU share over the last 2 s and thread counts (top), disk use, into stdout.
+# command with their CPU share over the last 2 s and thread counts (top), zombies, host memory,
+# disk use, into stdout.
 # device_audit.sh runs it beside the audit (SAMPLE_S) to see where the CPU goes.
 every=${1:-30}
 while true; do
@@ -8,7 +9,10 @@ while true; do
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
   # second iteration of top: %CPU over the 2 s between them; per command: processes, summed %CPU
   top -b -d 2 -n 2 -w 400 -c | awk '/^top -/{n++} n==2 && $1 ~ /^[0-9]+$/ {c=$12; for(i=13;i<=NF && i<17;i++) c=c" "$i; cpu[c]+=$9; k[c]++} END {for (c in cpu) if (cpu[c] > 5) printf "%7.0f%% %3d  %s\n", cpu[c], k[c], substr(c,1,110)}' | sort -rn | head -25
-  echo "threads: $(ps -eo nlwp= | awk '{s+=$1} END {print s}')  processes: $(ps -e --no-headers | wc -l)"
+  echo "threads: $(ps -eo nlwp= | awk '{s+=$1} END {print s}')  processes: $(ps -e --no-headers | wc -l)  zombies: $(ps -eo stat= | grep -c '^Z')"
+  # host memory: two rows' check processes died by SIGKILL mid-check on the H200 (stop 25), cause
+  # not seen (the kernel's OOM killer is one candidate)
+  echo "memory: $(free -m | awk '/^Mem:/ {printf "used %.0f GiB, available %.0f GiB of %.0f GiB", $3/1024, $7/1024, $2/1024}')"
   # disk: a full disk made compilers and workers fail (stop 21); where it goes: the audit's work
   # folders under /tmp, the build cache
   echo "disk: $(df -h --output=used,avail / | tail -1 | tr -s ' ')  tmp $(du -sh /tmp 2>/dev/null | cut -f1)  cache $(du -sh ~/.cache/kverify 2>/dev/null | cut -f1)"
