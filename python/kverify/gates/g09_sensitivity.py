@@ -51,7 +51,8 @@ MOVE_RMS = 2.0 ** -20
 #: ... and by more than SLACK times the reference's own error there (both runs; rules
 #: 2026-12-01.5): where the candidate's output does not change, its error in one of the two runs
 #: is half the move or more, so it fails only where that is past the reference's own worst error
-#: at that element by a factor SLACK / 2 (a reference bitwise equal to the candidate cannot fail).
+#: at that element by a factor SLACK / 2 (a candidate bitwise equal to the reference as the check
+#: runs it cannot fail where the reference's outputs are finite: _moved gives no slack elsewhere).
 SLACK = 4.0
 
 
@@ -92,16 +93,9 @@ def _oracle_outputs_locked(ctx: Context, job: dict) -> dict:
     base = [upcast(x) for x in low]
     alt = [upcast(x) for x in low_alt]
 
-    def both(oracle, reference, *inputs_pair) -> tuple:
+    def both(oracle, reference, high: list, low_in: list) -> tuple:
         ctx.oracle.check_budget()
-        o = as_outputs(oracle(*inputs_pair[0]))
-        try:  # on the host at once: the GPU keeps what it held before (the fp64 outputs); on copies
-            # of the inputs, which a reference that writes its inputs would change for the next run
-            ins = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs_pair[1]]
-            r = [t.cpu() if isinstance(t, torch.Tensor) else t for t in as_outputs(reference(*ins))]
-        except Exception:  # noqa: BLE001 -- no measure of its rounding: the move alone decides there
-            r = None
-        return o, r
+        return as_outputs(oracle(*high)), _reference_run(lambda: reference, low_in)
 
     out = {"base": both(ora, ref, base, low)}
     for i, x in enumerate(base):
@@ -142,18 +136,27 @@ def _oracle_outputs_locked(ctx: Context, job: dict) -> dict:
         out["left out"] = f"training mode (the reference raised there: {type(e).__name__}: {str(e)[:160]})"
         return out
     if all(not isinstance(a, torch.Tensor) or a.shape != b.shape or not _moved(a, b).any() for a, b in zip(*runs)):
-        try:  # the reference itself (no budget check: optional, and as cheap as one fp32 call) in the modes as built, drawn as the first fp64 run was
-            anew = set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device))
+        def built():  # the reference itself in the modes as built, drawing as the first fp64 run did
+            m = set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device))
             torch.manual_seed(ctx.seed_for("G09/mode/0"))
-            r = [t.cpu() if isinstance(t, torch.Tensor) else t for t in
-                 as_outputs(anew(*[x.clone() if isinstance(x, torch.Tensor) else x for x in low]))]
-        except Exception:  # noqa: BLE001
-            r = None
-        anew = None
-        out[MODE_RUN] = (runs[0], r)
+            return m
+        out[MODE_RUN] = (runs[0], _reference_run(built, low))  # no budget check: optional, one fp32 call
     else:
         out["left out"] = "training mode (the reference's output there differs between two calls: dropout)"
     return out
+
+
+def _reference_run(model, inputs: list) -> list | None:
+    """The outputs of ``model()`` (the reference at its own dtype, or a function building it) on
+    copies of ``inputs`` (a reference writing its inputs would change them for the next run),
+    moved to the host at once (the GPU holds what it held before: the fp64 outputs); None where it
+    raises: no measure of its rounding, the move alone decides there (_slack)."""
+    try:
+        m = model()
+        ins = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        return [t.cpu() if isinstance(t, torch.Tensor) else t for t in as_outputs(m(*ins))]
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _slack(ob: torch.Tensor, rb, op: torch.Tensor, rp) -> torch.Tensor | None:
