@@ -21,7 +21,10 @@ Also printed: the same medians from ninja's own step log (the builds alone, with
 torch import or the call), and the median seconds per step kind.
 
 Each candidate is printed as it ends (a run cut short by a time limit keeps those lines);
-with --deadline the table and medians cover the candidates both modes built by then.
+with --deadline the table and medians cover the candidates both modes built by then. The medians
+are printed (and written to --json) before the builds are compared; the comparisons stop 30 s
+after the deadline ("not compared: out of time"). A mode that loaded the candidate without
+building an extension (it caught its own failed build) counts as "no extension built", not "ok".
 
 Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT] [--load-timeout 240]
                                [--deadline S]
@@ -122,7 +125,7 @@ def compare_builds(stock_dir: Path, ours_dir: Path) -> dict:
         src = so.parent / "cuda.cu"
         if all(objs) and src.exists():  # the host functions the CUDA source defines: same calls?
             ha, hb = host_code(objs[0], src.read_text()), host_code(objs[1], src.read_text())
-            if ha is not None:
+            if ha is not None and (ha or hb):  # no function found in either (-ffunction-sections): no evidence
                 host.append(ha == hb)
         fa, fb = _cuda_flags(so.parent), _cuda_flags(ours[name].parent)
         out["flag_diff"] += [f"+{f}" for f in fb if f not in fa] + [f"-{f}" for f in fa if f not in fb]
@@ -162,6 +165,73 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
+def build_status(r: dict) -> str:
+    """A mode's status, "no extension built" where it loaded "ok" without one: with
+    KVERIFY_FAST_BUILD=0 no build is recorded, so a candidate that catches its own failed
+    load_inline and falls back to PyTorch loads "ok" (kverify's precompile calls that COMPILE_ERROR,
+    kverify.build.failed_build; e.g. cudal1/h20/L1/T33, whose functions= names a kernel that
+    main.cpp cannot see: stock "ok" and kverify compile_error in stop 26's run)."""
+    if r["status"] == "ok" and not any(Path(r["dir"]).glob("**/*.so")):
+        return "no extension built"
+    return r["status"]
+
+
+def summarize(table: list[dict], ok: list[dict], ours: list[dict], half: int, wall: float, selected: int) -> dict:
+    """Medians and p90s (seconds) of the candidates both modes built (``ok``), per mode, whole
+    precompile and ninja's builds alone; which step built kverify's extensions."""
+    st, ou = [t["stock_s"] for t in ok], [t["ours_s"] for t in ok]
+    sn, on = [t["stock_ninja_s"] for t in ok], [t["ours_ninja_s"] for t in ok]
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    summary = {"candidates": len(table), "left_out_at_deadline": selected - len(table), "both_ok": len(ok),
+               "jobs_per_mode": half, "wall_s": round(wall, 1),
+               "stock_median_s": med(st), "stock_p90_s": pct(st, 0.9), "ours_median_s": med(ou), "ours_p90_s": pct(ou, 0.9),
+               "stock_ninja_median_s": med(sn), "stock_ninja_p90_s": pct(sn, 0.9),
+               "ours_ninja_median_s": med(on), "ours_ninja_p90_s": pct(on, 0.9), "python": sys.version.split()[0]}
+    built_by = [b.get("mode", "?") for o in ours for b in o["builds"].values() if b.get("ok")]
+    summary["built_by"] = {m: built_by.count(m) for m in ("narrow", "fast", "stock")}
+    summary["narrow_fallbacks"] = sum(1 for o in ours for b in o["builds"].values() if "narrow_error" in b)
+    if st and ou:
+        summary["median_ratio_stock_over_ours"] = round(summary["stock_median_s"] / summary["ours_median_s"], 2)
+    summary["step_medians"] = {m: {k: round(statistics.median([t[key].get(k, 0.0) for t in ok]), 1)
+                                   for k in sorted({k for t in ok for k in t[key]})}
+                               for m, key in (("stock", "stock_steps"), ("kverify", "ours_steps"))}
+    return summary
+
+
+def write_json(path: str | None, summary: dict, table: list[dict]) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"summary": summary, "candidates": table}, indent=1))
+
+
+def print_summary(summary: dict, ok: list[dict], half: int, wall: float) -> None:
+    cut = f" ({summary['left_out_at_deadline']} left out at the deadline)" if summary["left_out_at_deadline"] else ""
+    print(f"\ncompile per candidate, {len(ok)} candidates built by both{cut}, {half} at a time per mode, same run:")
+    print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
+    print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
+    print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
+    print("  the builds alone (ninja's log: first step start to last step end, every build folder):")
+    print(f"  stock load_inline : median {summary['stock_ninja_median_s']} s, p90 {summary['stock_ninja_p90_s']} s")
+    print(f"  kverify           : median {summary['ours_ninja_median_s']} s, p90 {summary['ours_ninja_p90_s']} s")
+    for m, steps in summary["step_medians"].items():
+        print(f"  {m} step medians: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
+    print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
+          + f" (fell back from narrow: {summary['narrow_fallbacks']})", flush=True)
+
+
+def print_row(t: dict | None) -> None:
+    """One candidate's line of the comparison table (None: the header)."""
+    if t is None:
+        print(f"\n{'candidate':44} {'stock s':>8} {'ours s':>8} {'ninja st':>8} {'ninja us':>8} {'mode':>10} "
+              f"{'same SASS':>9} {'same host':>9}  flag diff / status", flush=True)
+        return
+    note = (t.get("compare") or " ".join(t.get("flag_diff", []))) if t["stock_status"] == t["ours_status"] == "ok" \
+        else f"stock {t['stock_status']}, ours {t['ours_status']}: {' | '.join(t['errors'])[:80]}"
+    print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['stock_ninja_s']:8.1f} "
+          f"{t['ours_ninja_s']:8.1f} {t['ours_mode']:>10} "
+          f"{str(t.get('sass_identical', '-')):>9} {str(t.get('host_identical', '-')):>9}  {note[:90]}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", required=True)
@@ -188,7 +258,6 @@ def main() -> int:
     po = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False))
     fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]
     mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
-    late = False
     try:
         # each as it ends; at the deadline the candidates not built by both modes are left out
         for f in as_completed(fs + fo, timeout=a.deadline):
@@ -196,65 +265,40 @@ def main() -> int:
             print(f"  {time.monotonic() - t0:6.0f}s {mode_of[f]:7} {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) "
                   f"{r['status']:13} {r['id']}", flush=True)
     except FuturesTimeout:
-        late = True
         print(f"  deadline ({a.deadline:.0f} s): {sum(not f.done() for f in fs + fo)} build(s) unfinished, left out",
               flush=True)
     finished = [(x.result(), y.result()) for x, y in zip(fs, fo) if x.done() and y.done()]
-    for pool in (ps, po):  # after the deadline stop what still runs: its processes and their compilers
-        procs = list((getattr(pool, "_processes", None) or {}).values()) if late else []
-        pool.shutdown(wait=not late, cancel_futures=True)
+    for pool in (ps, po):  # stop what still runs (after the deadline): its processes and their compilers;
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # idle workers otherwise
+        pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             _kill_tree(proc.pid)
     stock, ours = [x for x, _ in finished], [y for _, y in finished]
     wall = time.monotonic() - t0
     table = []
     for s, o in zip(stock, ours):
-        cmp = compare_builds(Path(s["dir"]), Path(o["dir"])) if s["status"] == o["status"] == "ok" else {}
         modes = ",".join(sorted({b.get("mode", "?") for b in o["builds"].values()})) or "-"
         table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"],
                       "stock_ninja_s": s["ninja_s"], "ours_ninja_s": o["ninja_s"],
-                      "stock_steps": s["steps"], "ours_steps": o["steps"], "stock_status": s["status"],
-                      "ours_status": o["status"], "ours_mode": modes, **cmp,
+                      "stock_steps": s["steps"], "ours_steps": o["steps"], "stock_status": build_status(s),
+                      "ours_status": build_status(o), "ours_mode": modes,
                       "errors": [e for e in (s["error"], o["error"]) if e]})
     ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]
-    st, ou = [t["stock_s"] for t in ok], [t["ours_s"] for t in ok]
-    sn, on = [t["stock_ninja_s"] for t in ok], [t["ours_ninja_s"] for t in ok]
-    summary = {"candidates": len(table), "left_out_at_deadline": len(rows) - len(table), "both_ok": len(ok), "jobs_per_mode": half, "wall_s": round(wall, 1),
-               "stock_median_s": statistics.median(st) if st else None, "stock_p90_s": pct(st, 0.9),
-               "ours_median_s": statistics.median(ou) if ou else None, "ours_p90_s": pct(ou, 0.9),
-               "stock_ninja_median_s": statistics.median(sn) if sn else None, "stock_ninja_p90_s": pct(sn, 0.9),
-               "ours_ninja_median_s": statistics.median(on) if on else None, "ours_ninja_p90_s": pct(on, 0.9),
-               "python": sys.version.split()[0]}
-    built_by = [b.get("mode", "?") for o in ours for b in o["builds"].values() if b.get("ok")]
-    summary["built_by"] = {m: built_by.count(m) for m in ("narrow", "fast", "stock")}
-    summary["narrow_fallbacks"] = sum(1 for o in ours for b in o["builds"].values() if "narrow_error" in b)
-    if st and ou:
-        summary["median_ratio_stock_over_ours"] = round(summary["stock_median_s"] / summary["ours_median_s"], 2)
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps({"summary": summary, "candidates": table}, indent=1))
-    print(f"{'candidate':44} {'stock s':>8} {'ours s':>8} {'ninja st':>8} {'ninja us':>8} {'mode':>10} {'same SASS':>9} {'same host':>9}  flag diff / status")
-    for t in table:
-        note = " ".join(t.get("flag_diff", [])) if t["stock_status"] == t["ours_status"] == "ok" else \
-            f"stock {t['stock_status']}, ours {t['ours_status']}: {' | '.join(t['errors'])[:80]}"
-        print(f"{t['id'][:44]:44} {t['stock_s']:8.1f} {t['ours_s']:8.1f} {t['stock_ninja_s']:8.1f} "
-              f"{t['ours_ninja_s']:8.1f} {t['ours_mode']:>10} "
-              f"{str(t.get('sass_identical', '-')):>9} {str(t.get('host_identical', '-')):>9}  {note[:90]}")
-    cut = f" ({summary['left_out_at_deadline']} left out at the deadline)" if summary["left_out_at_deadline"] else ""
-    print(f"\ncompile per candidate, {len(ok)} candidates built by both{cut}, {half} at a time per mode, same run:")
-    print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
-    print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
-    print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
-    print("  the builds alone (ninja's log: first step start to last step end, every build folder):")
-    print(f"  stock load_inline : median {summary['stock_ninja_median_s']} s, p90 {summary['stock_ninja_p90_s']} s")
-    print(f"  kverify           : median {summary['ours_ninja_median_s']} s, p90 {summary['ours_ninja_p90_s']} s")
-    for m, rows_ in (("stock", ok), ("kverify", ok)):
-        key = "stock_steps" if m == "stock" else "ours_steps"
-        kinds = sorted({k for t in rows_ for k in t[key]})
-        print(f"  {m} step medians: " + ", ".join(
-            f"{k} {statistics.median([t[key].get(k, 0.0) for t in rows_]):.1f} s" for k in kinds))
-    print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
-          + f" (fell back from narrow: {summary['narrow_fallbacks']})")
+    summary = summarize(table, ok, ours, half, wall, len(rows))
+    # the timings first (printed and written): comparing the builds takes a while and a time limit
+    # may cut it short (stop 26: the whole output was lost so)
+    write_json(a.json, summary, table)
+    print_summary(summary, ok, half, wall)
+    stop_by = t0 + a.deadline + 30 if a.deadline is not None else None
+    print_row(None)
+    for t, (s, o) in zip(table, finished):  # each row printed once compared (a time limit keeps those)
+        if t["stock_status"] == t["ours_status"] == "ok":
+            if stop_by is not None and time.monotonic() > stop_by:
+                t["compare"] = "not compared: out of time"
+            else:
+                t.update(compare_builds(Path(s["dir"]), Path(o["dir"])))
+        print_row(t)
+    write_json(a.json, summary, table)
     shutil.rmtree(root, ignore_errors=True)
     return 0
 
