@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Samples what the machine is doing every ${1:-30} s until killed: load, GPU use, processes by
-# command with their CPU share over the last 2 s and thread counts (top), zombies, host memory,
-# disk use, into stdout.
+# command with their CPU share over the last 2 s and thread counts (top), zombies, host memory
+# (and resident memory per command), disk use, into stdout.
 # device_audit.sh runs it beside the audit (SAMPLE_S) to see where the CPU goes.
 every=${1:-30}
 while true; do
@@ -13,6 +13,11 @@ while true; do
   # host memory: two rows' check processes died by SIGKILL mid-check on the H200 (stop 25), cause
   # not seen (the kernel's OOM killer is one candidate)
   echo "memory: $(free -m | awk '/^Mem:/ {printf "used %.0f GiB, available %.0f GiB of %.0f GiB", $3/1024, $7/1024, $2/1024}')"
+  # where it goes (stop 26: 106 GiB used by 6 checks and 6 builds, three checks SIGKILLed then):
+  # resident GiB per command (first words; pages shared between processes count in each), the largest 10
+  # (a kverify worker by its job, e.g. G05 or gates: its 4th word is its job folder)
+  ps -eo rss=,args= | awk '{c=$2; for(i=3;i<=NF && i<6;i++) c=c" "$i; if ($4 == "kverify._internal.worker") {j=$5; sub(/.*\//, "", j); c=$2" "$3" "$4" "j}
+    m[c]+=$1; k[c]++} END {for (c in m) if (m[c] > 262144) printf "  rss %6.1f GiB %3d  %s\n", m[c]/1048576, k[c], substr(c,1,100)}' | sort -k2 -rn | head -10
   # disk: a full disk made compilers and workers fail (stop 21); where it goes: the audit's work
   # folders under /tmp, the build cache
   echo "disk: $(df -h --output=used,avail / | tail -1 | tr -s ' ')  tmp $(du -sh /tmp 2>/dev/null | cut -f1)  cache $(du -sh ~/.cache/kverify 2>/dev/null | cut -f1)"

@@ -25,6 +25,14 @@ class World:
         self.ids = itertools.count(1000)
         self.oomed = set()
         self.trace = []  # (time, "start"/"end", stage kind, row id, gpu, serial)
+        self.peak_host = 0
+        self.external = 0
+        self.host_memory = lambda: None
+
+    def measure(self):
+        mem = self.host_memory()
+        if mem is not None:
+            self.peak_host = max(self.peak_host, mem[1] - mem[0] - self.external)
 
     def monotonic(self):
         return self.now
@@ -40,6 +48,7 @@ class World:
             self.now += timeout
             return []
         self.now = max(self.now, min(min(p.end for p in live), self.now + timeout))
+        self.measure()  # memory grows between events: its most is at the next one, before any end
         done = [p for p in live if p.end <= self.now]
         for p in done:
             s = self.spec[p.row["id"]]
@@ -70,6 +79,7 @@ class FakeProcess:
         w = self.world
         self.end = w.now + (1.0 if self.kind == "build" else w.spec[self.row["id"]]["check_s"])
         w.procs[self.sentinel] = self
+        self.t0 = w.now
         w.trace.append((w.now, "start", self.kind, self.row["id"], self.gpu, self.serial))
 
     def join(self):
@@ -79,11 +89,25 @@ class FakeProcess:
         pass
 
 
-def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None):
+def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None,
+        opts=None, host_total=None, ramp_s=0.0, external=0):
+    """``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
+    it (kverify.audit.host_need_mib), growing to it over its first ``ramp_s`` seconds, until its
+    end, and ``external`` MiB held by something else all along; the world's ``peak_host`` is the
+    most the audit took at once. Without it, no host memory reading (nothing held back)."""
     rnd = random.Random(seed)
     spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
             for i in range(n)}
     w = World(spec)
+
+    def taken():
+        return sum((audit.host_need_mib("build") if p.kind == "build" else
+                    audit.host_need_mib("check", spec[p.row["id"]]["inputs"]))
+                   * (min(1.0, (w.now - p.t0) / ramp_s) if ramp_s else 1.0) for p in w.procs.values())
+    w.external = external
+    if host_total:
+        w.host_memory = lambda: (int(host_total - external - taken()), host_total)
+    monkeypatch.setattr(audit, "host_memory_mib", w.host_memory)
 
     class Ctx:
         def Process(self, target, args, daemon):
@@ -98,7 +122,7 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, c
     monkeypatch.setattr(audit, "time", FakeTime)
     monkeypatch.setattr(audit, "gpu_memory_mib", lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs})
     recorded = []
-    audit._pipeline("corpus", [{"id": r} for r in spec], {}, jobs, compile_jobs,
+    audit._pipeline("corpus", [{"id": r} for r in spec], opts or {}, jobs, compile_jobs,
                     lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit)
     assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
     return w
@@ -255,3 +279,48 @@ def test_many_rows_booked_whole_use_every_gpu_not_one_lane(monkeypatch):
     assert min(starts.count("0"), starts.count("1")) >= 7, starts
     assert not overlaps([x for x in w.trace if x[2] == "check"], {f"r{i}" for i in range(20)})
     assert max(t for t, *_ in w.trace) <= 900
+
+
+@pytest.mark.parametrize("gpus,ramp_s", [(["0"], 0.0), (["0", "1"], 0.0), (["0"], 60.0)])
+def test_host_memory_bounds_what_runs_at_once_on_a_gpu_audit_and_every_row_still_runs(monkeypatch, gpus, ramp_s):
+    """H200, stop 26: 6 checks and 6 builds took 106 of 126 GiB and three check processes died by
+    SIGKILL. On a GPU audit a process starts only when the host has what it is expected to take,
+    less a reserve, counting processes started in the last HOST_RAMP_S seconds as not settled (the
+    world with ramp_s: memory taken over a process's first minute; without that count, readings
+    taken while processes grow let too many start); with nothing running one always starts (r7
+    expects more than the whole host: it runs, alone)."""
+    total = 40 * 1024  # MiB: a budget of 36 GiB: 5 checks of ~6 GiB and 2 builds of 3 GiB, not 8 + 6
+    budget = (1 - audit.HOST_RESERVE) * total
+    kw = dict(check_s=(100, 200), host_total=total, ramp_s=ramp_s)
+    free = run(monkeypatch, 40, gpus, 8, 6, 8, opts={"device": "cpu"}, **kw)
+    assert free.peak_host > total  # a CPU audit is not held back: this world would run out
+    w = run(monkeypatch, 40, gpus, 8, 6, 8, opts={"device": "cuda"}, **kw)
+    assert w.peak_host <= budget
+    assert max(sum(1 for k, _ in live if k == "check") for live in _live_sets(w.trace)) >= 3  # not one at a time
+    big = run(monkeypatch, 20, gpus, 8, 6, 8, big={7}, opts={"device": "cuda"}, **kw)
+    assert audit.host_need_mib("check", 8 * GIB) > total
+    r7 = [x for x in big.trace if x[3] == "r7" and x[2] == "check"]
+    assert len(r7) == 2  # started and ended (every row is recorded: run())
+    for live in _live_sets(big.trace):
+        assert ("check", "r7") not in live or live == {("check", "r7")}, live
+
+
+def _live_sets(trace):
+    """The (kind, row id) of the processes running after each event of ``trace``."""
+    live = set()
+    for t, ev, kind, rid, *_ in trace:
+        (live.add if ev == "start" else live.discard)((kind, rid))
+        yield set(live)
+
+
+@pytest.mark.parametrize("external", [0, 40 * 1024])
+def test_a_row_waiting_for_host_memory_is_not_passed_by_smaller_ones_for_ever(monkeypatch, external):
+    """Review of stop 26: a row booked for a whole GPU (r3, 8 GiB of inputs: more host memory
+    expected than a 256 GiB host gives) waited on its emptied GPU while the checks on the other
+    GPU took every GiB that freed: it started at 1163 s of a 1289 s run, its GPU idle ~950 s. A
+    check that waits for memory now holds every later start back until it starts."""
+    w = run(monkeypatch, 60, ["0", "1"], 8, 10, 8, big={3}, check_s=(100, 200), opts={"device": "cuda"},
+            host_total=256 * 1024, external=external)
+    end = max(t for t, *_ in w.trace)
+    r3 = min(t for t, ev, kind, rid, *_ in w.trace if ev == "start" and kind == "check" and rid == "r3")
+    assert r3 < end / 2, (r3, end)

@@ -627,6 +627,60 @@ def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
     return None
 
 
+#: Host memory an audit leaves free: a build or check starts only when /proc/meminfo's
+#: MemAvailable, less the whole expected need of every process started in the last HOST_RAMP_S
+#: seconds (part of it may show in MemAvailable already: conservative), covers its own expected
+#: need plus this share of MemTotal (H200 audit, stop 26: with 6 checks of the largest level-2 rows
+#: (0.3-0.5 GB inputs) and 6 builds at once, 106 of 126 GiB were used and three check processes
+#: died by SIGKILL within the next two minutes; the kernel's OOM killer is the likely cause, not
+#: proven). With nothing running, a process always starts; a check that waits for memory holds
+#: every later start back, so the memory that frees goes to it (a row booked for a whole GPU or
+#: re-run alone among them: it is not passed for ever by smaller ones).
+HOST_RESERVE = 0.1
+#: Expected host memory of one check (its ~9 processes each hold a CUDA context, torch, the inputs,
+#: outputs and fp64 oracle copies on the host): a base plus HOST_INPUT_FACTOR x its problem's input
+#: and parameter bytes (from its build); of one build (compilers, then the warm-up call at the
+#: problem's shape). First guesses from stop 26's totals (~15 GiB per check there), to calibrate
+#: with proc_sample.sh's resident memory per command.
+HOST_CHECK_GIB = 6.0
+HOST_INPUT_FACTOR = 20
+HOST_BUILD_GIB = 3.0
+#: A process's memory grows over its first ~minute (the check's workers start, import torch and
+#: load the candidate; stop 26 call 2: 14 -> 106 GiB in the first 64 s): until then its whole
+#: expected need is counted as still to come.
+HOST_RAMP_S = 90.0
+
+
+def host_memory_mib() -> tuple[int, int] | None:
+    """(MemAvailable, MemTotal) of this machine in MiB, from /proc/meminfo; None where it cannot be
+    read (not Linux): then memory holds nothing back. A cgroup limit below the machine's memory is
+    not seen (the H200 hosts have none: free shows the machine's 126 GiB)."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = {ln.split(":")[0]: int(ln.split()[1]) for ln in f if ln.split()[1:2] and ln.split()[1].isdigit()}
+        return info["MemAvailable"] // 1024, info["MemTotal"] // 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0) -> int:
+    """Expected host memory (MiB) of a ``kind`` ("build" or "check") process (HOST_CHECK_GIB,
+    HOST_INPUT_FACTOR, HOST_BUILD_GIB)."""
+    if kind == "build":
+        return int(HOST_BUILD_GIB * 1024)
+    return int(HOST_CHECK_GIB * 1024 + HOST_INPUT_FACTOR * (input_bytes + param_bytes) / 2**20)
+
+
+def host_room(need: int, ramping: list[int], mem: tuple[int, int] | None) -> bool:
+    """May a process expected to take ``need`` MiB of host memory start, with ``mem`` = (available,
+    total) MiB now and ``ramping`` the expected needs of the processes started in the last
+    HOST_RAMP_S seconds (not all taken yet)? True without a reading."""
+    if mem is None:
+        return True
+    available, total = mem
+    return available - sum(ramping) - need >= HOST_RESERVE * total
+
+
 #: On several GPUs, a row booked for a whole GPU (EXCLUSIVE_SHARE) that has waited this long since
 #: its build joins the rows that run alone: the GPU emptied for them takes it (not serially), and
 #: so does any other GPU found with no check running, while the other GPUs go on. Before, such a
@@ -729,7 +783,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     EXCLUSIVE_SHARE of one; memory read with nvidia-smi at most every 2 s),
     so fewer run out of memory beside others; smaller rows may pass one that does not fit yet
     (next_fitting). Builds are spread over the GPUs (their warm-up call
-    runs there). Processes end with this one (lifeline). ``time_limit``: what may still start
+    runs there). On a GPU audit (``opts["device"]`` "cuda") a build or check starts only when the
+    host has the memory to expect for it (host_room, HOST_RESERVE) or nothing runs.
+    Processes end with this one (lifeline). ``time_limit``: what may still start
     (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted."""
     from kverify.sandbox import describe_exit
 
@@ -738,13 +794,20 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
                "alone": deque()}
     limit = {"build": compile_jobs, "check": jobs, "alone": 1}
-    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time, need MiB)
+    running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time, need MiB, host MiB)
     built: dict[str, float] = {}
     deaths: dict[tuple, int] = {}
     n = 0
     mem_at: list = [-1e9, None]  # (time of the last nvidia-smi reading, its result)
     drain: list = [None]  # the GPU reserved for rows that run alone ("*": all of them), None: none
     need_of: dict[str, int] = {}  # row id -> MiB of GPU memory to expect for its check (from its build)
+    host_of: dict[str, int] = {}  # row id -> MiB of host memory to expect for its check (from its build)
+    # host memory holds processes back on GPU audits only (HOST_RESERVE; where it was seen to run out)
+    host_guard = opts.get("device") == "cuda"
+    # host memory: the (kind, row id) last said to wait for it (said once until it starts), and
+    # whether a check waits for it in this pass of the loop (then nothing else starts: the memory
+    # that frees goes to it, not to the processes behind it)
+    held: list = [None, False]
     queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
     whole_alone: set[str] = set()  # rows booked whole in waiting["alone"]: they run there, but not serially
 
@@ -801,6 +864,30 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         if waiting["build"] or any(r[1] == "build" for r in running.values()):
             return True
         return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
+    def host_need(kind: str, row: dict) -> int:
+        return host_need_mib("build") if kind == "build" else host_of.get(row["id"], host_need_mib("check"))
+
+    def host_ok(kind: str, row: dict) -> bool:
+        """May ``row``'s ``kind`` process start as far as host memory goes (host_room; always
+        with nothing running or on a CPU audit)? A check that may not holds every other start
+        back until the next pass (held[1]); said once per waiting row."""
+        if not host_guard or not running:
+            return True
+        if held[1]:
+            return False  # a check waits for memory: it goes first
+        now = time.monotonic()
+        mem = host_memory_mib()
+        ramping = [r[7] for r in running.values() if now - r[5] < HOST_RAMP_S]
+        if host_room(host_need(kind, row), ramping, mem):
+            return True
+        held[1] = kind != "build"
+        if held[0] != (kind, row["id"]):
+            held[0] = (kind, row["id"])
+            log(f"host memory: {mem[0] / 1024:.0f} of {mem[1] / 1024:.0f} GiB available, {sum(ramping) / 1024:.0f} GiB "
+                f"counted for processes just started; a {kind} expecting {host_need(kind, row) / 1024:.0f} GiB "
+                f"waits (kverify.audit.HOST_RESERVE): {row['id']}")
+        return False
+
     def start(stage: str, kind: str, row: dict, gpu: str | None, need: int, serial: bool) -> None:
         """Start ``row``'s ``kind`` ("build" or "check") in a process of its own on ``gpu``;
         ``stage``: the queue it came from ("build", "check", "alone": on the GPU emptied for it,
@@ -809,10 +896,13 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         n += 1
         out = str(tmp / f"{n}.json")
         p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial), daemon=True)
+        host = host_need(kind, row)
+        if held[0] == (kind, row["id"]):
+            held[0] = None
 
         def launch() -> None:
             p.start()
-            running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need)
+            running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need, host)
         start_whole(launch)  # Ctrl-C or SIGTERM cannot fall between the start and the registration
 
     def in_time(stage: str, ahead: int) -> bool:
@@ -827,6 +917,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         return time_limit.may_check(idle=checking == 0)
     try:
         while any(waiting.values()) or running:
+            held[1] = False  # no check waits for host memory yet in this pass
             if time_limit is not None and time_limit.over():
                 log(f"time limit reached: {sum(map(len, waiting.values()))} row(s) not started; "
                     "the rows in flight are ended; run the same command to go on")
@@ -861,6 +952,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 if row is None or not in_time("check", 0):
                     break
                 if g != drain[0] and not any(r[4] == g and r[1] != "build" for r in running.values()):
+                    if not host_ok("check", row):
+                        break
                     waiting["alone"].remove(row)
                     start("whole", "check", row, g, need_of.get(row["id"], 0), serial=False)
             for stage in ("alone", "check", "build"):
@@ -896,13 +989,15 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                             break  # the only GPU is reserved for a row that runs alone
                         i, need = 0, 0
                     row = q[i]
+                    if not host_ok(kind, row):
+                        break  # wait for memory: a process to end (or the ones just started to settle)
                     del q[i]
                     start(stage, kind, row, gpu, need, serial=stage == "alone" and row["id"] not in whole_alone)
             if time_limit is not None and not running:  # with nothing running only the limit holds rows back
                 log(time_limit.stop_line(sum(map(len, waiting.values()))))
                 break  # nothing runs and nothing can start in time: end now, not at the limit
             for sentinel in mp_wait(list(running), timeout=1.0):
-                p, stage, row, out, gpu_used, started, _ = running.pop(sentinel)
+                p, stage, row, out, gpu_used, started, *_ = running.pop(sentinel)
                 p.join()
                 if time_limit is not None:
                     time_limit.note("build" if stage == "build" else "check", time.monotonic() - started)
@@ -922,6 +1017,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 if stage == "build":
                     status, error, seconds, input_bytes, param_bytes, cpu = res
                     need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes, param_bytes))
+                    host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes)
                     if status in ("compile_error", "fault"):  # fault: the machine's (kverify.build.failed_build)
                         record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:
