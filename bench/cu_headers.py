@@ -225,7 +225,10 @@ def main() -> int:
                             pnvcc.CHECK_CACHE: str(root / "declset")})
         r = subprocess.run([*tool, "-c", str(d / "cuda.cu"), "-o", str(obj), *inc_flag, *kept, *flags],
                            capture_output=True, text=True, env=env)
-        return name, mode, time.perf_counter() - t, r.returncode, r.stderr, obj
+        sec = time.perf_counter() - t
+        # each compile as it ends: a run cut short by a time limit keeps these (stop 26: 90 s, nothing)
+        print(f"  {mode:6} {sec:6.1f} s rc {r.returncode}  {name[:70]}", flush=True)
+        return name, mode, sec, r.returncode, r.stderr, obj
 
     items = [(n, d, m, s, rep) for rep in range(a.reps) for n, d, modes in work for m, s in modes.items()]
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:  # ordered rep by rep, modes alternating
@@ -269,7 +272,8 @@ def main() -> int:
                     continue
                 dv, hs = device_code(got[0][3]), host_code(got[0][3], src_text)
                 bad = sorted(k for k in set(ref[1] or {}) | set(hs or {}) if (ref[1] or {}).get(k) != (hs or {}).get(k))
-                cells.append(f"{dv == ref[0]}/{hs == ref[1]}{(' ' + ', '.join(bad)[:40]) if bad else ''}")
+                same_host = "-" if not (hs or ref[1]) else str(hs == ref[1])  # no function found: no evidence
+                cells.append(f"{dv == ref[0]}/{same_host}{(' ' + ', '.join(bad)[:40]) if bad else ''}")
             print(f"{name[:44]:44} {statistics.median(x for x, *_ in st):7.1f}  {cells[0]:24} {cells[1]}")
         print()
     fast_all, narrow_all = [], []
@@ -296,7 +300,7 @@ def main() -> int:
         same = device_code(f[0][3]), device_code(n[0][3])
         src_text = next(t for nm_, t in srcs if nm_ == name)
         hf, hn = host_code(f[0][3], src_text), host_code(n[0][3], src_text)
-        host = "-" if hf is None else ("True" if hf == hn else
+        host = "-" if hf is None or not (hf or hn) else ("True" if hf == hn else
                                       "False: " + ", ".join(sorted(k for k in set(hf) | set(hn) if hf.get(k) != hn.get(k)))[:60])
         print(f"{name[:52]:52} {fm:7.1f} {nm:9.1f} {fm / nm:6.2f} {str(same[0] == same[1]) if same[0] is not None else '-':>9}"
               f"  {host}")

@@ -630,10 +630,10 @@ def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
 #: Host memory an audit leaves free: a build or check starts only when /proc/meminfo's
 #: MemAvailable, less the whole expected need of every process started in the last HOST_RAMP_S
 #: seconds (part of it may show in MemAvailable already: conservative), covers its own expected
-#: need plus this share of MemTotal (H200 audit, stop 26: with 6 checks of the largest level-2 rows
-#: (0.3-0.5 GB inputs) and 6 builds at once, 106 of 126 GiB were used and three check processes
-#: died by SIGKILL within the next two minutes; the kernel's OOM killer is the likely cause, not
-#: proven). With nothing running, a process always starts; a check that waits for memory holds
+#: need plus this share of MemTotal (H200 audit, stop 26: with about 6 checks of shard 3/8's yenhao
+#: rows, several with 0.3-0.5 GB inputs, and 6 builds at once, 106 of 126 GiB were used ~100 s into
+#: the audit, and three check processes died by SIGKILL 136-240 s into it; the kernel's OOM killer
+#: is the likely cause, not proven). With nothing running, a process always starts; a check that waits for memory holds
 #: every later start back, so the memory that frees goes to it (a row booked for a whole GPU or
 #: re-run alone among them: it is not passed for ever by smaller ones).
 HOST_RESERVE = 0.1
