@@ -289,7 +289,7 @@ def test_host_memory_bounds_what_runs_at_once_on_a_gpu_audit_and_every_row_still
     world with ramp_s: memory taken over a process's first minute; without that count, readings
     taken while processes grow let too many start); with nothing running one always starts (r7
     expects more than the whole host: it runs, alone)."""
-    total = 40 * 1024  # MiB: a budget of 36 GiB: 5 checks of ~6 GiB and 2 builds of 3 GiB, not 8 + 6
+    total = 40 * 1024  # MiB: a budget of 36 GiB: 4 checks of ~6 GiB and 2 builds of 3 GiB, say, not 8 + 6
     budget = (1 - audit.HOST_RESERVE) * total
     kw = dict(check_s=(100, 200), host_total=total, ramp_s=ramp_s)
     free = run(monkeypatch, 40, gpus, 8, 6, 8, opts={"device": "cpu"}, **kw)
