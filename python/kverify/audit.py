@@ -663,6 +663,13 @@ def host_memory_mib() -> tuple[int, int] | None:
         return None
 
 
+def host_peak_note(report: dict | None) -> str:
+    """", host N.N GiB" from a report's meta.host_peak_mib (the check process's peak resident
+    memory, kverify.check.host_peak_mib) for the audit's log line, "" without one."""
+    peak = ((report or {}).get("meta") or {}).get("host_peak_mib")
+    return f", host {peak / 1024:.1f} GiB" if isinstance(peak, (int, float)) and peak > 0 else ""
+
+
 def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0) -> int:
     """Expected host memory (MiB) of a ``kind`` ("build" or "check") process (HOST_CHECK_GIB,
     HOST_INPUT_FACTOR, HOST_BUILD_GIB)."""
@@ -1040,7 +1047,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                             f"alone once a GPU is empty: {row['id']}")
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
-                           note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s" + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))
+                           note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s{host_peak_note(report)}"
+                           + (f", GPU {gpu_used}]" if gpu_used is not None else "]"))
     finally:
         if running:  # interrupted: say what was in flight, and where (STACK_ENV), before ending it
             now = time.monotonic()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -311,6 +313,134 @@ def _standard(sandbox: Sandbox, tolerance: float) -> dict:
     return std
 
 
+class _Judging:
+    """Judges each gate as soon as the outcomes of all its jobs are in, then drops their outputs
+    and the gate's expected outputs: the check's process holds the outputs of the gates not yet
+    judged, not of every job of the check (stop 27, H200: the processes of four checks of rows
+    with 0.5-2 GiB of inputs held 112 GiB of host memory between them, and the kernel killed
+    them). ``arrived`` (Sandbox.run's on_outcome, in the thread that runs a worker) only records
+    the outcome and queues it; one judging thread takes the queue in order, beside the
+    candidate's runs, so a slow judgement (G11 waiting for its sanitizer runs, G05 shrinking)
+    never delays the reading of the workers' results. A gate module with ``condense(ctx, job,
+    outcome)`` gets each of its jobs' outcomes there first and may replace the outputs by a record
+    of its own (G05 judges each shape variant so). A gate module with JUDGE_AFTER_ALL_RUNS = True
+    (G12: it reads what every worker reported at its end) is judged by ``rest`` after every worker
+    has ended, as are gates without jobs and gates whose background work (G11's sanitizer runs)
+    was still going when their last job came in. With KVERIFY_SERIAL_CHECK=1 (no concurrency) the
+    queue is taken only at ``finish``, after the runs, and every gate is judged in gate order
+    after it, as before stop 27.
+
+    ``results``: gate id -> result dict, filled here; ``gate_seconds``: gate id -> seconds of its
+    calls in the worker plus its judging here (shrinking, waiting on background work)."""
+
+    def __init__(self, ctx: Context, results: dict, gate_seconds: dict, background: bool = True):
+        self.ctx, self.results, self.gate_seconds = ctx, results, gate_seconds
+        self.plans: dict[str, list[dict]] = {}
+        self.gate_of: dict[str, str] = {}
+        self.outcomes: dict[str, object] = {}
+        self.judged: set[str] = set()
+        self.lock = threading.Lock()
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="kverify-judge", daemon=True) if background else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def expect(self, plans: dict[str, list[dict]]) -> None:
+        """Register gates' jobs (before they run)."""
+        with self.lock:
+            for g, plan in plans.items():
+                self.plans[g] = plan
+                for j in plan:
+                    self.gate_of[j["id"]] = g
+
+    def arrived(self, job_id: str, outcome) -> None:
+        """Job ``job_id``'s outcome is in: record it and queue it (and its gate, if it was the
+        gate's last job) for the judging thread. Returns at once."""
+        with self.lock:
+            self.outcomes[job_id] = outcome
+            g = self.gate_of.get(job_id)
+            last = g is not None and all(j["id"] in self.outcomes for j in self.plans[g])
+        if g is not None:
+            self.queue.put((g, job_id, last))
+
+    def _take(self, item, judge: bool = True) -> None:
+        """Condense the job's outcome (if its gate does that) and, ``judge``, judge its gate if
+        this was its last job -- unless the gate is judged after all runs or its background work
+        (G11's sanitizer runs) is still going: waiting for it here would hold every later outcome
+        (G05's variants) unjudged, so ``rest`` judges such a gate."""
+        g, job_id, last = item
+        condense = getattr(GATES[g], "condense", None)
+        if condense is not None:  # the gate keeps a record of the job instead of its outputs (G05)
+            try:
+                condense(self.ctx, next(j for j in self.plans[g] if j["id"] == job_id), self.outcomes[job_id])
+            except Exception:  # noqa: BLE001 — kverify's own: the gate's judging meets it again and reports it
+                pass
+        if not (judge and last) or getattr(GATES[g], "JUDGE_AFTER_ALL_RUNS", False):
+            return
+        background = self.ctx.background.get(g)
+        if background is not None and not background.done():
+            return
+        self.judge(g)
+
+    def _loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None or self.stopped:
+                return
+            try:
+                self._take(item)
+            except BaseException as e:  # noqa: BLE001 — kverify's own; finish() raises it in check()'s thread
+                self.error = e
+                return
+
+    def finish(self) -> None:
+        """Every worker has ended: wait until the judging thread has taken everything queued
+        (KVERIFY_SERIAL_CHECK=1: condense it here; ``rest`` then judges every gate in gate order).
+        Raises what the judging raised."""
+        if self.thread is None:
+            while not self.queue.empty():
+                item = self.queue.get()
+                if item is not None:
+                    self._take(item, judge=False)
+            return
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        """The check is ending early (a load error, Ctrl-C): the judging thread takes nothing more."""
+        self.stopped = True
+        self.queue.put(None)
+
+    def rest(self, gate_ids: list[str]) -> None:
+        """After finish(): judge, in gate order, the planned gates not judged yet (those judged
+        after all runs, those without jobs)."""
+        for g in gate_ids:
+            if g in self.plans:
+                self.judge(g)
+
+    def judge(self, g: str) -> None:
+        """Judge gate ``g`` once (its jobs' outcomes are all in, or it has none), record its
+        seconds, release its expected outputs and drop its jobs' results."""
+        with self.lock:
+            if g in self.judged:
+                return
+            self.judged.add(g)
+        plan = self.plans[g]
+        t_judge = time.monotonic()
+        try:
+            _judge_gate(self.ctx, g, plan, self.outcomes, self.results)
+        finally:
+            self.gate_seconds[g] = round(sum(self.outcomes[j["id"]].seconds for j in plan)
+                                         + time.monotonic() - t_judge, 3)
+            self.ctx.release([j["id"] for j in plan])  # its expected outputs are not needed any more
+            for j in plan:  # nor its outputs: judged, only the seconds stay
+                self.outcomes[j["id"]].result = None
+
+
 def _plan(ctx: Context, g: str, plans: dict, results: dict) -> None:
     """plans[g] = gate g's jobs, or results[g] = N/A (does not apply) / ERROR (planning raised)."""
     mod = GATES[g]
@@ -361,59 +491,73 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
             except (Exception, BudgetSpent):  # noqa: BLE001 — the gate's judge runs start() again and reports it
                 pass
 
-    def plan_and_run(tag: str, gs: list[str]) -> tuple[dict, dict, dict]:
-        # after the background starts above, which build their jobs in this thread (they may run the oracle)
-        own_plans: dict[str, list[dict]] = {}
-        own_results: dict[str, dict] = {}
-        for g in gs:
-            _plan(ctx, g, own_plans, own_results)
-        own_jobs = [j for g in gs for j in own_plans.get(g, [])]
-        outs = dict(zip([j["id"] for j in own_jobs], sandbox.run(own_jobs, tag=tag))) if own_jobs else {}
-        return own_plans, own_results, outs
-
-    own_futures = [pool.submit(plan_and_run, tag, gs) for tag, gs in own.items()]
-    jobs = [j for g in plans for j in plans[g]]
-    t_setup = time.monotonic()
-    outcomes = dict(zip([j["id"] for j in jobs], sandbox.run(jobs))) if jobs else {}
-    done = [f.result() for f in own_futures]  # a load error there propagates like the main worker's
-    done += [plan_and_run(MAIN_WORKER, gs) for gs in later.values()]  # in the main worker, after its jobs
-    for own_plans, own_results, outs in done:
-        plans.update(own_plans)
-        results.update(own_results)
-        outcomes.update(outs)
-    plans = {g: plans[g] for g in gate_ids if g in plans}  # judged in gate order
-    if "G01" not in gate_ids:  # the load's run of the reference at its own shape: planning is over
-        ctx.release(["G01"])
-    t_run = time.monotonic()
-
     gate_seconds = {g: 0.0 for g in gate_ids}
-    for g, plan in plans.items():
-        t_judge = time.monotonic()
-        try:
-            _judge_gate(ctx, g, plan, outcomes, results)
-        finally:  # the gate's calls in the worker + its judging here (shrinking; waiting on background work)
-            gate_seconds[g] = round(sum(outcomes[j["id"]].seconds for j in plan) + time.monotonic() - t_judge, 3)
-            ctx.release([j["id"] for j in plan])  # its expected outputs are not needed any more
+    judging = _Judging(ctx, results, gate_seconds, background=not serial)
+    try:  # on any early end (a load error, Ctrl-C) the judging thread takes nothing more
+        def plan_and_run(tag: str, gs: list[str]) -> dict:
+            # after the background starts above, which build their jobs in this thread (they may run the oracle)
+            own_plans: dict[str, list[dict]] = {}
+            for g in gs:
+                _plan(ctx, g, own_plans, results)
+            own_jobs = [j for g in gs for j in own_plans.get(g, [])]
+            judging.expect(own_plans)
+            if own_jobs:
+                sandbox.run(own_jobs, tag=tag, on_outcome=lambda k, o: judging.arrived(own_jobs[k]["id"], o))
+            return own_plans
 
-    std = _not_run(tolerance)
-    if std_future is not None:
-        std = std_future.result()
-    elif standard:
-        std = _standard(sandbox, tolerance)
-    std_seconds = std.pop("seconds", 0.0)
-    report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
-              "gates": [results[g] for g in gate_ids], "standard": std,
-              "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
-                       "judged_on": judged_on(ctx.device),
-                       "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
-                       "inputs": [s.to_json() for s in ctx.specs],
-                       "seconds": {"setup": round(t_setup - t0, 3),
-                                   "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
-                                   "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
-                                   "loads": sandbox.load_seconds, "gates": gate_seconds,
-                                   "standard": std_seconds, "background": bg_seconds,
-                                   "cpu": {**sandbox.cpu_seconds, "kverify": round(cpu_seconds(children=False) - ctx.cpu0, 2)}}}}
-    return json.loads(_core.report_json(json.dumps(report)))
+        own_futures = [pool.submit(plan_and_run, tag, gs) for tag, gs in own.items()]
+        jobs = [j for g in plans for j in plans[g]]
+        judging.expect(plans)
+        t_setup = time.monotonic()
+        if jobs:  # each gate judged as soon as its last job is in (_Judging), while the worker goes on
+            sandbox.run(jobs, on_outcome=lambda k, o: judging.arrived(jobs[k]["id"], o))
+        done = [f.result() for f in own_futures]  # a load error there propagates like the main worker's
+        done += [plan_and_run(MAIN_WORKER, gs) for gs in later.values()]  # in the main worker, after its jobs
+        for own_plans in done:
+            plans.update(own_plans)
+        if "G01" not in gate_ids:  # the load's run of the reference at its own shape: planning is over
+            ctx.release(["G01"])
+        t_run = time.monotonic()
+        judging.finish()  # what the judging thread still has queued
+        judging.rest(gate_ids)  # G12 (after all runs) and gates without jobs, in gate order
+
+        std = _not_run(tolerance)
+        if std_future is not None:
+            std = std_future.result()
+        elif standard:
+            std = _standard(sandbox, tolerance)
+        std_seconds = std.pop("seconds", 0.0)
+        report = {"reference": reference_path, "candidate": candidate_path, "device": ctx.device, "seed": ctx.seed,
+                  "gates": [results[g] for g in gate_ids], "standard": std,
+                  "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
+                           "judged_on": judged_on(ctx.device),
+                           "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
+                           "host_peak_mib": host_peak_mib(),
+                           "inputs": [s.to_json() for s in ctx.specs],
+                           "seconds": {"setup": round(t_setup - t0, 3),
+                                       "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
+                                       "first_load": sandbox.load_seconds[0] if sandbox.load_seconds else 0.0,
+                                       "loads": sandbox.load_seconds, "gates": gate_seconds,
+                                       "standard": std_seconds, "background": bg_seconds,
+                                       "cpu": {**sandbox.cpu_seconds, "kverify": round(cpu_seconds(children=False) - ctx.cpu0, 2)}}}}
+        return json.loads(_core.report_json(json.dumps(report)))
+    except BaseException:
+        judging.stop()
+        raise
+
+
+def host_peak_mib() -> int:
+    """Peak resident memory of this process so far, MiB (getrusage ru_maxrss, KiB on Linux): in an
+    audit each check has a process of its own, so its report's meta.host_peak_mib is what that
+    check held at most (the workers not counted) - the figure kverify.audit's host-memory guard
+    (HOST_CHECK_GIB, HOST_INPUT_FACTOR) is calibrated against. In a process that runs several
+    checks (``kverify controls``, ``kverify demo``) it is that process's peak so far, not the
+    check's. 0 where getrusage is missing."""
+    try:
+        import resource
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    except (ImportError, OSError):
+        return 0
 
 
 def judged_on(device: str) -> str:

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -139,11 +140,17 @@ class Sandbox:
             self._prestarted[tag] = (worker, wrapper or [], env or {})
 
     def run(self, jobs: list[dict], tag: str = "gates", wrapper: list[str] | None = None,
-            timeout: float | None = None, env: dict | None = None) -> list[Outcome]:
+            timeout: float | None = None, env: dict | None = None,
+            on_outcome: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         """Run ``jobs`` in order; returns one Outcome per job. ``wrapper`` prefixes the worker's
         command (e.g. compute-sanitizer and its flags); ``timeout`` overrides the per-job timeout;
         ``env`` adds environment variables for the worker. A worker prestart()ed for ``tag`` takes
         the jobs; a worker started after a crash or timeout is started with its jobs.
+        ``on_outcome(k, outcome)`` is called in this thread as soon as job k's outcome is known
+        (once per job, in job order), while the worker goes on with the next jobs; it must return
+        quickly (the worker's status lines are read here, and the per-job timeouts and the budget
+        count while it runs): kverify.check hands the outcome to its judging thread, which judges
+        a gate as soon as its last job is in and drops its outputs.
 
         Raises:
             LoadError: the candidate cannot be loaded (syntax, missing ModelNew, compile error,
@@ -151,7 +158,7 @@ class Sandbox:
         """
         jobdir = self.workdir / tag
         jobdir.mkdir(exist_ok=True)
-        outcomes: list[Outcome | None] = [None] * len(jobs)
+        outcomes = _Outcomes(len(jobs), on_outcome)
         start = 0
         while start < len(jobs):
             if self._budget_left() <= 0:  # e.g. after a crash: no new worker past the deadline
@@ -323,6 +330,21 @@ class Sandbox:
         proc.wait()
 
 
+class _Outcomes(list):
+    """Sandbox.run's list of outcomes (None until known) that hands each outcome to ``hook(k,
+    outcome)`` as it is set: every path that sets one (a result, a crash, a timeout, the budget)
+    reaches the hook without each having to call it."""
+
+    def __init__(self, n: int, hook: Callable[[int, Outcome], None] | None):
+        super().__init__([None] * n)
+        self._hook = hook
+
+    def __setitem__(self, k, outcome) -> None:
+        super().__setitem__(k, outcome)
+        if self._hook is not None:
+            self._hook(k, outcome)
+
+
 class Cancelled(Exception):
     """Sandbox.cancel() was called: no new worker is started."""
 
@@ -359,9 +381,9 @@ class _Lines:
     def next(self, timeout: float):
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
+            # past the deadline the pipe is still looked at once: a line already written counts
+            # (a job that ended while the caller was busy is not cut by the budget)
+            left = max(deadline - time.monotonic(), 0.0)
             ready, _, _ = select.select([self.fd], [], [], left)
             if not ready:
                 return None

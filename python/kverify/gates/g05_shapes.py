@@ -36,6 +36,11 @@ SMALL_PRIMES = (1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
 MIN_BUDGET = 1 << 22       # elements of all inputs together, at least
 BUDGET_FACTOR = 2          # or this many times the default shape's inputs
 SHRINK_ROUNDS = 6
+#: bytes of expected outputs (fp64 oracle + reference, host memory) that planning keeps for the
+#: judging; past it a variant's are dropped once its reference has run and computed again when
+#: its outcome is judged (stop 27, H200: keeping every variant's near the own shape held ~28 GiB
+#: per check process for rows of 1-2 GiB of inputs, while four checks shared 126 GiB)
+KEEP_BYTES = 1 << 30
 
 
 def applies(ctx: Context) -> str | None:
@@ -87,8 +92,10 @@ def _footprint(ctx: Context, b: dict | None) -> int | None:
     return ctx.cache[key]
 
 
-def _valid(ctx: Context, b: dict) -> str | None:
-    """Why the reference cannot be run at ``b`` (error, over budget), or None. Caches its outputs.
+def _valid(ctx: Context, b: dict, capped: bool = True) -> str | None:
+    """Why the reference cannot be run at ``b`` (error, over budget), or None. Caches its outputs
+    (``capped``, planning: while the kept ones stay within KEEP_BYTES; the shrinking keeps each
+    round's candidates and releases them after the round).
     Over budget: inputs past _budget, or inputs + parameters + outputs (Problem.footprint, on meta
     tensors, checked first: building a huge model for real took minutes on the H200 audit) past
     BUDGET_FACTOR times the own shape's, at least MIN_BUDGET."""
@@ -101,11 +108,23 @@ def _valid(ctx: Context, b: dict) -> str | None:
         return f"get_inputs fails: {type(e).__name__}"
     if spec_numel(specs) > _budget(ctx):
         return "over the memory budget"
+    job = _job(ctx, b)
     try:
-        ctx.store_expected(_job(ctx, b))
+        kept = ctx.store_expected(job)
     except Exception as e:  # noqa: BLE001
         return f"reference raises {type(e).__name__}"
+    if capped:
+        so_far, size = ctx.cache.get("G05/kept_bytes", 0), _bytes(kept)
+        if so_far + size > KEEP_BYTES:
+            ctx.release([job["id"]])  # computed again when its outcome is judged (_verdict)
+        else:
+            ctx.cache["G05/kept_bytes"] = so_far + size
     return None
+
+
+def _bytes(expected: tuple[list, list]) -> int:
+    """Bytes of the tensors in (oracle outputs, reference outputs)."""
+    return sum(x.numel() * x.element_size() for xs in expected for x in xs if hasattr(x, "element_size"))
 
 
 def _job(ctx: Context, b: dict) -> dict:
@@ -127,6 +146,36 @@ def _size(ctx: Context, b: dict) -> tuple:
 
 def _elements(ctx: Context, b: dict) -> int:
     return spec_numel(ctx.specs_at(b))
+
+
+def condense(ctx: Context, job: dict, outcome) -> None:
+    """Judge one variant as soon as its outcome is in (kverify.check._Judging calls this in its
+    judging thread, beside G05's worker) and keep only its record: outcome.result becomes {"G05":
+    record}, and the variant's expected outputs are released, so the check's process holds
+    neither every variant's outputs nor their expected outputs at once. A fault here leaves the
+    outcome as it was (judge_outcomes judges it again and reports what it raises)."""
+    if outcome.status != "ok" or not isinstance(outcome.result, dict) or "G05" in outcome.result:
+        return
+    b = next((b for b, why in ctx.cache.get("G05/variants", []) if why is None and _job(ctx, b)["id"] == job["id"]),
+             None)
+    if b is None:
+        return
+    try:
+        rec = _record(ctx, b, outcome)
+    except Exception:  # noqa: BLE001 — judged again (and reported) by judge_outcomes
+        return
+    outcome.result = {"G05": rec}
+    ctx.release([job["id"]])
+
+
+def _record(ctx: Context, b: dict, outcome) -> dict:
+    """_verdict, or the SKIPPED record of a variant whose oracle run the check's budget refused."""
+    if isinstance(outcome.result, dict) and "G05" in outcome.result:
+        return outcome.result["G05"]
+    try:
+        return _verdict(ctx, b, outcome)
+    except BudgetSpent as e:  # its oracle was refused: judged as a variant the budget cut
+        return {"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": str(e), "budget": True}
 
 
 def _verdict(ctx: Context, b: dict, outcome) -> dict:
@@ -161,7 +210,7 @@ def _shrink(ctx: Context, failing: dict) -> dict:
         for d, v in best["binding"].items():
             for s in _shrink_steps(v):
                 b = {**best["binding"], d: s}
-                if _valid(ctx, b) is None and _size(ctx, b) < _size(ctx, best["binding"]):
+                if _valid(ctx, b, capped=False) is None and _size(ctx, b) < _size(ctx, best["binding"]):
                     cands.append(b)
         if not cands:
             break
@@ -200,10 +249,9 @@ def _judge_outcomes(ctx: Context, outcomes: dict) -> dict:
         if why is not None:
             recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": why})
             continue
-        try:
-            recs.append(_verdict(ctx, b, outcomes[_job(ctx, b)["id"]]))
-        except BudgetSpent as e:  # its oracle was refused: judged as a variant the budget cut
-            recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": str(e), "budget": True})
+        job_id = _job(ctx, b)["id"]
+        recs.append(_record(ctx, b, outcomes[job_id]))
+        ctx.release([job_id])  # its expected outputs (host memory), one variant at a time
     m = {"variants": recs}
     fails = [r for r in recs if r["verdict"] == "FAIL"]
     if fails:

@@ -32,6 +32,11 @@ def applies(ctx: Context) -> str | None:
     return None
 
 
+#: judged after every worker has ended (kverify.check._Judging), not as soon as its job is in:
+#: judge() merges the findings each worker reports after its last job (Sandbox.tampering)
+JUDGE_AFTER_ALL_RUNS = True
+
+
 def plan(ctx: Context) -> list[dict]:
     return [ctx.job("stream", "G12")]
 
