@@ -1,8 +1,8 @@
 """check() judges each gate as soon as its last job is in, in a judging thread beside the
 candidate's runs, and then drops its jobs' outputs (kverify.check._Judging): the check's process
-no longer holds every job's outputs at once. Stop 27 on the H200: the processes of four checks of
-rows with 0.5-2 GiB of inputs held 112 GiB of host memory between them, and check processes were
-killed by SIGKILL."""
+no longer holds every job's outputs at once. Stop 27 on the H200: four of an audit's check
+processes held up to 117 GiB of the host's 126 between them, and check processes were killed by
+SIGKILL."""
 import os
 import time
 from pathlib import Path

@@ -316,9 +316,8 @@ def _standard(sandbox: Sandbox, tolerance: float) -> dict:
 class _Judging:
     """Judges each gate as soon as the outcomes of all its jobs are in, then drops their outputs
     and the gate's expected outputs: the check's process holds the outputs of the gates not yet
-    judged, not of every job of the check (stop 27, H200: the processes of four checks of rows
-    with 0.5-2 GiB of inputs held 112 GiB of host memory between them, and the kernel killed
-    them). ``arrived`` (Sandbox.run's on_outcome, in the thread that runs a worker) only records
+    judged, not of every job of the check (stop 27, H200: four of an audit's check processes held
+    up to 117 GiB of the host's 126 between them, and the kernel killed some). ``arrived`` (Sandbox.run's on_outcome, in the thread that runs a worker) only records
     the outcome and queues it; one judging thread takes the queue in order, beside the
     candidate's runs, so a slow judgement (G11 waiting for its sanitizer runs, G05 shrinking)
     never delays the reading of the workers' results. A gate module with ``condense(ctx, job,
