@@ -18,6 +18,13 @@ while true; do
   # (a kverify worker by its job, e.g. G05 or gates: its 4th word is its job folder)
   ps -eo rss=,args= | awk '{c=$2; for(i=3;i<=NF && i<6;i++) c=c" "$i; if ($4 == "kverify._internal.worker") {j=$5; sub(/.*\//, "", j); c=$2" "$3" "$4" "j}
     m[c]+=$1; k[c]++} END {for (c in m) if (m[c] > 262144) printf "  rss %6.1f GiB %3d  %s\n", m[c]/1048576, k[c], substr(c,1,100)}' | sort -k2 -rn | head -10
+  # GPU memory per command, as the rss above (stop 28: the GPU full at 142 GB with 6 checks, whose
+  # estimates said 8-20 GiB each; which processes hold it); a pid ps does not know (another PID
+  # namespace) by its number
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | while IFS=', ' read -r pid mib; do
+    c=$(ps -o args= -p "$pid" 2>/dev/null | awk '{c=$1; for(i=2;i<=NF && i<5;i++) c=c" "$i; if ($3 == "kverify._internal.worker") {j=$4; sub(/.*\//, "", j); c=$1" "$2" "$3" "j} print c}')
+    echo "${mib} ${c:-pid $pid}"
+  done | awk '{m=$1; $1=""; g[$0]+=m; k[$0]++} END {for (c in g) printf "  gpu %6.1f GiB %3d %s\n", g[c]/1024, k[c], substr(c,1,100)}' | sort -k2 -rn | head -10
   # disk: a full disk made compilers and workers fail (stop 21); where it goes: the audit's work
   # folders under /tmp, the build cache
   echo "disk: $(df -h --output=used,avail / | tail -1 | tr -s ' ')  tmp $(du -sh /tmp 2>/dev/null | cut -f1)  cache $(du -sh ~/.cache/kverify 2>/dev/null | cut -f1)"

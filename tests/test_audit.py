@@ -468,7 +468,8 @@ def test_a_row_line_names_class_seconds_failing_gates_or_reason():
 
 def test_precompile_reports_the_bytes_of_the_problems_inputs(tmp_path):
     """The audit's memory estimate of a check (check_need_mib) comes from here: the tensor inputs
-    of the reference at its own shape (the relu example: one float32 tensor)."""
+    of the reference at its own shape (the relu example: one float32 tensor), its parameters and
+    its outputs."""
     import math
     from kverify.build import precompile
     from kverify.problem import Problem
@@ -481,6 +482,7 @@ def test_precompile_reports_the_bytes_of_the_problems_inputs(tmp_path):
                    device="cpu")
     assert p.status == "ok" and want > 0 and p.input_bytes == want, p
     assert p.param_bytes == 0, p  # relu has no parameters
+    assert p.output_bytes == want, p  # relu's output is its input's size (counted on meta tensors)
     # a model's weights and buffers, which the inputs do not show (counted on meta tensors)
     src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
            "    def __init__(self, n):\n        super().__init__()\n        self.fc = nn.Linear(n, 4)\n"
@@ -492,6 +494,10 @@ def test_precompile_reports_the_bytes_of_the_problems_inputs(tmp_path):
     assert Problem(src, str(f), 1e-2).parameter_numel() == 8 * 4 + 4 + 3
     q = precompile(src, str(f), src.replace("class Model(", "class ModelNew("), str(f), device="cpu")
     assert q.status == "ok" and q.param_bytes == 4 * 39, q
+    assert q.output_bytes == 4 * 2 * 4, q  # (2, n) -> (2, 4)
+    # no meta path (.item() in the forward): not counted, no error
+    item = src.replace("return self.fc(x)", "return self.fc(x) * float(x.sum().item() > 0)")
+    assert Problem(item, str(f), 1e-2).output_numel() is None
 
 
 def test_a_checks_memory_need_grows_with_its_inputs():
@@ -986,3 +992,49 @@ def test_a_redo_that_a_time_limit_stopped_is_pending_and_checked_first_by_the_sa
     assert committed(j) == committed(whole)
     with sqlite3.connect(j) as db:
         assert db.execute("SELECT COUNT(*) FROM forgotten WHERE id = 'ex/g07_inplace'").fetchone()[0] == 1
+
+
+
+def test_rows_tried_and_not_finished_go_after_the_others(corpus, tmp_path):
+    """Stop 28: the same 12 heavy rows came first in three device calls in a row and none
+    finished (each call ended them at its time limit). Every check started is noted in the
+    journal's tries table, once per row and run; a later run checks the rows that earlier runs
+    tried and did not finish after the others, the fewest tries first; a journalled row has no
+    tries left to count, and merge carries the tries over once."""
+    from kverify.audit import run_audit
+
+    j = tmp_path / "j.sqlite"
+    first = Journal(j)
+    for _ in range(2):
+        first.note_try("ex/correct", "check started")  # the corpus's first row, tried twice
+    first.note_try("ex/g03_fmax", "booked whole: waits for the GPU to itself")  # its second, once
+    assert first.tries() == {"ex/correct": 2, "ex/g03_fmax": 1}
+    first.close()
+    assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=4) == 0
+    with sqlite3.connect(j) as db:
+        order = [r[0] for r in db.execute("SELECT id FROM kernels ORDER BY rowid")]
+        tries = db.execute("SELECT id, what FROM tries ORDER BY rowid").fetchall()
+    assert order == ["ex/broken", "ex/g07_inplace", "ex/g03_fmax", "ex/correct"], order
+    # this run's: one per row whose check started (the broken candidate too: its build is its check)
+    assert tries[3:] == [(i, "check started") for i in order], tries
+    again = Journal(j)
+    assert again.tries() == {}  # all four journalled
+    again.close()
+    m = tmp_path / "m.sqlite"
+    merge(m, [j, j])
+    with sqlite3.connect(m) as db:
+        assert db.execute("SELECT COUNT(*) FROM tries").fetchone()[0] == len(tries)
+    # a row tried, finished and then taken out by --redo starts from no tries: it goes first, as
+    # --redo rows do, not after the rows never tried (review of stop 28)
+    r = tmp_path / "r.sqlite"
+    assert run_audit(str(corpus), str(r), device="cpu", gates=["G01"], limit=2) == 0  # correct, g03_fmax
+    assert run_audit(str(corpus), str(r), device="cpu", gates=["G01"], limit=4, redo=["ex/correct"]) == 0
+    with sqlite3.connect(r) as db:
+        order = [x[0] for x in db.execute("SELECT id FROM kernels ORDER BY rowid")]
+    assert order == ["ex/g03_fmax", "ex/correct", "ex/broken", "ex/g07_inplace"], order
+    # the pipeline (builds ahead of the checks) notes its checks' starts too
+    p = tmp_path / "p.sqlite"
+    assert run_audit(str(corpus), str(p), device="cpu", gates=["G01"], limit=2, jobs=2, compile_jobs=1) == 0
+    with sqlite3.connect(p) as db:
+        assert sorted(db.execute("SELECT id, what FROM tries")) == [("ex/correct", "check started"),
+                                                                     ("ex/g03_fmax", "check started")]

@@ -53,7 +53,7 @@ class World:
         for p in done:
             s = self.spec[p.row["id"]]
             if p.kind == "build":
-                res = ["ok", "", 1.0, s["inputs"], 0, 0.0]
+                res = ["ok", "", 1.0, s["inputs"], 0, 0, 0.0]
             elif s["oom_first"] and p.row["id"] not in self.oomed and not p.serial:
                 self.oomed.add(p.row["id"])
                 res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0]

@@ -67,6 +67,7 @@ def test_gates_are_judged_while_later_jobs_run_and_their_outputs_dropped(tmp_pat
         judged_before |= set(ids)
     peak = r["meta"]["host_peak_mib"]  # the check process's own peak, for the audit's host-memory guard
     assert isinstance(peak, int) and 10 < peak < 64 * 1024, peak
+    assert r["meta"]["gpu_peak_mib"] == 0  # a CPU check (on the GPU: tests/test_gpu.py)
 
 
 def test_serial_check_judges_after_every_run(tmp_path, monkeypatch):
@@ -152,6 +153,8 @@ def test_sandbox_hands_every_outcome_to_the_hook_in_job_order(tmp_path):
 def test_audit_log_note_of_the_host_peak():
     from kverify.audit import host_peak_note
     assert host_peak_note({"meta": {"host_peak_mib": 3072}}) == ", host 3.0 GiB"
+    assert host_peak_note({"meta": {"host_peak_mib": 3072, "gpu_peak_mib": 1536}}) == ", host 3.0 GiB, own GPU 1.5 GiB"
+    assert host_peak_note({"meta": {"host_peak_mib": 3072, "gpu_peak_mib": 0}}) == ", host 3.0 GiB"
     assert host_peak_note({"meta": {}}) == host_peak_note(None) == host_peak_note({"meta": {"host_peak_mib": 0}}) == ""
 
 

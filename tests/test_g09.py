@@ -364,3 +364,53 @@ def test_a_move_the_reference_itself_cannot_resolve_asks_nothing(tmp_path):
     assert SLACK == 4.0 and _moved(a, b, torch.float32, slack).tolist() == [True, False]
     assert _moved(a, b, torch.float32, None).tolist() == [True, True]
     assert _slack(a, None, b, low_b) is None
+
+
+def test_the_judgement_in_pieces_is_the_judgement_whole(monkeypatch):
+    """Stop 28: G09 judges each output in CHUNK-element pieces on the oracle's device (_misses,
+    _any_moved); the counts, the first ignored element and the rms the bound uses are those of one
+    piece over the whole output, NaN, infinities and the reference's slack included."""
+    from kverify.gates import g09_sensitivity as g
+
+    gen = torch.Generator().manual_seed(5)
+    n = 1000
+    rb = torch.randn(n, generator=gen, dtype=torch.float64) * 3
+    rp = rb.clone()
+    moved_at = torch.randperm(n, generator=gen)[:300]
+    rp[moved_at] += torch.randn(300, generator=gen, dtype=torch.float64)
+    rb[7], rp[7] = float("nan"), 1.0                     # NaN against a number: moved
+    rb[11], rp[11] = float("inf"), 2.0                   # infinity against a value: moved
+    lb, lp = rb.float(), rp.float()
+    lp[moved_at[:40]] += 0.5                             # a reference error that covers some moves
+    cb = rb.float()
+    cp = rp.float()
+    cp[moved_at[100:160]] = cb[moved_at[100:160]]        # the candidate ignores 60 of the moves
+    rb2, rp2, cb2, cp2, lb2, lp2 = (t.reshape(10, 100) for t in (rb, rp, cb, cp, lb, lp))
+    whole = g._misses(rb2, rp2, lb2, lp2, cb2, cp2)
+    assert whole[1] > 0 and whole[2] >= 0
+    # the one-piece rule, as the gate wrote it before pieces (whole tensors, the rms of all)
+    rc = g._moved(rb, rp, torch.float32, g._slack(rb, lb, rp, lp))
+    miss = rc & ~g._changed(cb, cp)
+    assert whole == (int(rc.sum()), int(miss.sum()), int(torch.nonzero(miss)[0]))
+    for chunk in (1, 7, 64, 999):
+        monkeypatch.setattr(g, "CHUNK", chunk)
+        assert g._misses(rb2, rp2, lb2, lp2, cb2, cp2) == whole, chunk
+        assert g._misses(rb2, rp2, None, None, cb2, cp2)[0] >= whole[0]  # no slack: at least as many moves
+        assert g._any_moved(rb2, rp2) and not g._any_moved(rb2, rb2.clone())
+        assert abs(g._rms(rb2) - g._rms(rb2.reshape(-1))) < 1e-12
+
+
+def test_the_rms_of_an_fp16_oracle_output_does_not_overflow():
+    """Rules 2026-12-01.6 (review of stop 28): an oracle output that the reference casts to fp16
+    had its rms taken in fp16, where one element past 256 made it inf and no move counted; the
+    rms is now fp64's, so the move of element 0 (0.5 -> 2) counts and a candidate that ignores it
+    fails there."""
+    from kverify.gates.g09_sensitivity import _misses, _rms
+
+    h = torch.full((100,), 0.5, dtype=torch.float16)
+    h[1] = 1000.0
+    hp = h.clone()
+    hp[0] = 2.0
+    assert abs(_rms(h) - (0.25 * 99 / 100 + 1e6 / 100) ** 0.5) < 1e-9
+    assert _misses(h, hp, None, None, h, h) == (1, 1, 0)
+    assert _misses(h, hp, None, None, h, hp) == (1, 0, -1)

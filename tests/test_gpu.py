@@ -52,3 +52,26 @@ def test_cuda_schedule_sets_the_primary_contexts_wait_mode(mode, flags):
     applied, got = r.stdout.split()
     assert applied == repr(mode), r.stdout  # "" when unset: nothing applied
     assert int(got) == flags, r.stdout
+
+
+def test_g09_judges_on_the_oracles_device_as_on_the_host():
+    """G09's pieces run where the oracle's outputs are (the GPU in an audit), the candidate's and
+    the reference's outputs on the host: the same counts as all on the host (stop 28)."""
+    from kverify.gates.g09_sensitivity import _misses
+
+    g = torch.Generator().manual_seed(1)
+    rb = torch.randn(5000, generator=g, dtype=torch.float64)
+    rp = rb.clone()
+    rp[::7] += 0.5
+    cb, cp = rb.float(), rp.float()
+    cp[::21] = cb[::21]
+    host = _misses(rb, rp, rb.float(), rp.float(), cb, cp)
+    assert host[1] > 0 and _misses(rb.cuda(), rp.cuda(), rb.float(), rp.float(), cb, cp) == host
+
+
+def test_gpu_peak_of_this_process():
+    from kverify.check import gpu_peak_mib
+
+    keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # 64 MiB
+    assert gpu_peak_mib("cuda") >= 64 and gpu_peak_mib("cpu") == 0
+    del keep

@@ -171,9 +171,9 @@ def check_row(corpus: str, row: dict, opts: dict) -> tuple[dict | None, str, str
     return report, klass, reason
 
 
-def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float, int, int]:
-    """(status, error, seconds, input bytes, parameter bytes) of kverify.build.precompile for one
-    row; never raises."""
+def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float, int, int, int]:
+    """(status, error, seconds, input bytes, parameter bytes, output bytes) of
+    kverify.build.precompile for one row; never raises."""
     from kverify.build import precompile
     from kverify.corpus import row_sources
 
@@ -183,9 +183,9 @@ def precompile_row(corpus: str, row: dict, opts: dict) -> tuple[str, str, float,
         ref_path, cand_path = src.paths(corpus)
         p = precompile(src.reference, ref_path, src.candidate, cand_path, device=opts["device"], seed=opts["seed"],
                        timeout=opts["timeout"], load_timeout=opts["load_timeout"], tolerance=src.tolerance)
-        return p.status, p.error, p.seconds, p.input_bytes, p.param_bytes
+        return p.status, p.error, p.seconds, p.input_bytes, p.param_bytes, p.output_bytes
     except Exception as e:  # noqa: BLE001 — the check will meet the same problem and record it
-        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0, 0
+        return "error", f"{type(e).__name__}: {e}"[:300], round(time.monotonic() - t, 3), 0, 0, 0
 
 
 def cpu_threads(jobs: int, compile_jobs: int, cpus: int | None = None) -> int:
@@ -377,7 +377,14 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
     # the rows to check again first (also those an earlier --redo forgot and did not reach): a run
     # that stops before them leaves them out of the journal until one reaches them
     first = set(again) | pending
-    todo.sort(key=lambda r: r["id"] not in first)
+    # rows that earlier runs started (or set aside to run alone) and did not finish go after the
+    # others, the fewest tries first (Journal.note_try): each run journals what it can finish
+    tries = {k: v for j in journals.values() for k, v in j.tries().items()}
+    todo.sort(key=lambda r: (tries.get(r["id"], 0), r["id"] not in first))
+    late = sum(r["id"] in tries for r in todo)
+    if late:
+        Console(stderr=True).print(f"{late} row(s) that earlier runs tried and did not finish are checked after the "
+                                   "others", soft_wrap=True, markup=False, highlight=False)
     for i, path in paths.items():  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
         mine = sum(shard_of[r["id"]] == i for r in rows)
         left = sum(shard_of[r["id"]] == i for r in todo)
@@ -401,6 +408,13 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         def log(msg: str) -> None:  # one line per event, above the bar (a plain line in a log file)
             bar.console.print(f"{time.monotonic() - t0:7.1f}s {msg}", soft_wrap=True, markup=False, highlight=False)
 
+        tried: set[str] = set()
+
+        def note_try(row, what: str) -> None:  # once per row and run: its check started, or it waits to run alone
+            if row["id"] not in tried:
+                tried.add(row["id"])
+                journals[shard_of[row["id"]]].note_try(row["id"], what)
+
         def record(row, report, klass, reason, seconds, note: str = ""):
             nonlocal finished
             journals[shard_of[row["id"]]].record(row, report, klass, reason, round(seconds, 3))
@@ -419,6 +433,7 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
                     log(limit.stop_line(len(todo) - k))
                     break
                 t, cpu = time.monotonic(), cpu_seconds()
+                note_try(row, "check started")
                 res = check_row(corpus, row, opts)
                 seconds = time.monotonic() - t
                 if limit is not None:
@@ -426,7 +441,7 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
                 record(row, *res, seconds, note=f"[check {seconds:.0f}s, cpu {cpu_seconds() - cpu:.0f}s]")
         else:
             _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib,
-                      time_limit=limit)
+                      time_limit=limit, note_try=note_try)
     for i, j in journals.items():
         mine = dict.fromkeys(CLASSES, 0)
         mine.update({k: v for k, v in j.counts().items() if k in mine})
@@ -560,8 +575,9 @@ PARAM_FACTOR = 12
 
 
 def check_need_mib(base_gib: float, input_bytes: int, param_bytes: int = 0) -> int:
-    """GPU memory (MiB) to expect for one check: ``base_gib`` GiB + INPUT_FACTOR x its inputs +
-    PARAM_FACTOR x its reference's parameters and buffers."""
+    """GPU memory (MiB) to expect for one check: ``base_gib`` GiB + INPUT_FACTOR x its inputs
+    (the audit passes inputs and outputs together: Precompiled.output_bytes) + PARAM_FACTOR x its
+    reference's parameters and buffers."""
     return int(base_gib * 1024 + (INPUT_FACTOR * input_bytes + PARAM_FACTOR * param_bytes) / 2**20)
 
 
@@ -665,9 +681,12 @@ def host_memory_mib() -> tuple[int, int] | None:
 
 def host_peak_note(report: dict | None) -> str:
     """", host N.N GiB" from a report's meta.host_peak_mib (the check process's peak resident
-    memory, kverify.check.host_peak_mib) for the audit's log line, "" without one."""
-    peak = ((report or {}).get("meta") or {}).get("host_peak_mib")
-    return f", host {peak / 1024:.1f} GiB" if isinstance(peak, (int, float)) and peak > 0 else ""
+    memory, kverify.check.host_peak_mib) and ", own GPU N.N GiB" from meta.gpu_peak_mib (its peak
+    GPU memory, kverify.check.gpu_peak_mib) for the audit's log line, "" for what it lacks."""
+    meta = (report or {}).get("meta") or {}
+    return "".join(f", {label} {meta[key] / 1024:.1f} GiB" for key, label in
+                   (("host_peak_mib", "host"), ("gpu_peak_mib", "own GPU"))
+                   if isinstance(meta.get(key), (int, float)) and meta[key] > 0)
 
 
 def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0) -> int:
@@ -771,7 +790,7 @@ class TimeLimit:
 
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
               gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0,
-              time_limit: TimeLimit | None = None) -> None:
+              time_limit: TimeLimit | None = None, note_try=lambda row, what: None) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
@@ -793,7 +812,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     runs there). On a GPU audit (``opts["device"]`` "cuda") a build or check starts only when the
     host has the memory to expect for it (host_room, HOST_RESERVE) or nothing runs.
     Processes end with this one (lifeline). ``time_limit``: what may still start
-    (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted."""
+    (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted.
+    ``note_try(row, what)`` is called as a row's check starts and as a row is set aside to run
+    alone (Journal.note_try, through _run_journals)."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -911,6 +932,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
             p.start()
             running[p.sentinel] = (p, stage, row, out, gpu, time.monotonic(), need, host)
         start_whole(launch)  # Ctrl-C or SIGTERM cannot fall between the start and the registration
+        if kind == "check":
+            note_try(row, "check started" + ("" if stage == "check" else f" ({stage})"))
 
     def in_time(stage: str, ahead: int) -> bool:
         """May a process of ``stage`` start within the time limit (TimeLimit; ``ahead``: rows
@@ -1022,17 +1045,20 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                                                       f"{describe_exit(p.exitcode)}, {attempts} times", 0.0)
                     continue
                 if stage == "build":
-                    status, error, seconds, input_bytes, param_bytes, cpu = res
-                    need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes, param_bytes))
-                    host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes)
+                    status, error, seconds, input_bytes, param_bytes, output_bytes, cpu = res
+                    # outputs held like inputs (each worker, the oracle's fp64 copies): counted with them
+                    need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes))
+                    host_of[row["id"]] = host_need_mib("check", input_bytes + output_bytes, param_bytes)
                     if status in ("compile_error", "fault"):  # fault: the machine's (kverify.build.failed_build)
                         record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:
                         built[row["id"]] = seconds
                         waiting["check"].append(row)
                         queued[row["id"]] = time.monotonic()
+                        if one_gpu and whole(row):  # it waits for the GPU to itself: until no other row is left
+                            note_try(row, "booked whole: waits for the GPU to itself")
                         log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB "
-                            f"params {param_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
+                            f"params {param_bytes / 2**30:.2f} GiB outputs {output_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
                             + (f"  {error[:160]}" if error else ""))
                 else:
                     report, klass, reason, seconds, cpu = res

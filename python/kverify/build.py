@@ -103,6 +103,11 @@ class Precompiled:
     param_bytes: 4 bytes per element of the reference model's parameters and buffers
     (Problem.parameter_numel, on meta tensors; 0 when they cannot be counted): what input_bytes
     misses for a model with large weights (check_need_mib counts both).
+    output_bytes: 4 bytes per element of the reference's outputs at its own shape
+    (Problem.output_numel, on meta tensors; 0 when they cannot be counted): what input_bytes
+    misses for a problem whose outputs are larger than its inputs (stop 28, H200: a Conv2d from 8
+    to 64 channels, 0.06 GiB of inputs and 0.5 GiB of output, estimated at 9 GiB, ran out of
+    GPU memory beside other checks in G05 in two calls of three).
     """
 
     status: str
@@ -111,6 +116,7 @@ class Precompiled:
     builds: dict
     input_bytes: int = 0
     param_bytes: int = 0
+    output_bytes: int = 0
 
 
 def precompile(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
@@ -157,7 +163,8 @@ def precompile(reference_source: str, reference_path: str, candidate_source: str
         status, error = ("fault" if failed.startswith(FAULT_PREFIX) else "compile_error"), failed
     input_bytes = sum(math.prod(sp.shape) * getattr(torch, sp.dtype).itemsize for sp in specs if sp.kind == "tensor")
     param_bytes = 4 * (problem.parameter_numel() or 0)
-    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes, param_bytes)
+    output_bytes = 4 * (problem.output_numel() or 0)
+    return Precompiled(status, error, round(time.monotonic() - t0, 3), builds, input_bytes, param_bytes, output_bytes)
 
 
 #: in a COMPILE_ERROR reason: the candidate caught its build failure and loads (and, where it was

@@ -200,7 +200,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-01.5"  # .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
+RULES = "2026-12-01.6"  # .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (an oracle run per input and parameter, the candidate's outputs compared bit by bit), G10
@@ -531,7 +531,7 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                   "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
                            "judged_on": judged_on(ctx.device),
                            "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
-                           "host_peak_mib": host_peak_mib(),
+                           "host_peak_mib": host_peak_mib(), "gpu_peak_mib": gpu_peak_mib(ctx.device),
                            "inputs": [s.to_json() for s in ctx.specs],
                            "seconds": {"setup": round(t_setup - t0, 3),
                                        "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),
@@ -543,6 +543,18 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
     except BaseException:
         judging.stop()
         raise
+
+
+def gpu_peak_mib(device: str) -> int:
+    """Most GPU memory PyTorch's caching allocator reserved in this process so far on ``device``,
+    MiB (torch.cuda.max_memory_reserved): in an audit each check has a process of its own, so its
+    report's meta.gpu_peak_mib is what kverify's own side of the check (fp64 oracle, reference
+    runs, expected outputs; not the candidate's workers) held at most on the GPU. Stop 28 on the
+    H200: six such processes held 117 GiB together, against 8-20 GiB estimated per check
+    (kverify.audit.check_need_mib). 0 on the CPU or where CUDA was never used here."""
+    if not str(device).startswith("cuda") or not torch.cuda.is_initialized():
+        return 0
+    return int(torch.cuda.max_memory_reserved(device) // 2**20)
 
 
 def host_peak_mib() -> int:

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS gates (
 CREATE TABLE IF NOT EXISTS forgotten (
   id TEXT NOT NULL, class TEXT, reason TEXT, report TEXT, why TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS runs (at REAL NOT NULL, options TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tries (id TEXT NOT NULL, at REAL NOT NULL, what TEXT);
 """
 #: the columns of the kernels table, in order (SCHEMA)
 KERNEL_COLUMNS = ["id", "source", "level", "problem", "version", "backend", "gpu", "class", "standard", "reason",
@@ -119,6 +120,27 @@ class Journal:
     def pending(self) -> set[str]:
         """Ids forgotten (``--redo``) and not recorded again yet: a run that stopped before them."""
         return {r[0] for r in self.db.execute("SELECT id FROM forgotten")} - self.done()
+
+    def note_try(self, kernel_id: str, what: str) -> None:
+        """Record (durably, in the ``tries`` table) that an audit run started the check of
+        ``kernel_id`` or set it aside to run alone (``what`` says which), before its kernel
+        record exists. A later run checks the rows that earlier runs tried and did not finish
+        after the others (Journal.tries; kverify.audit): a row whose check outlasts the runs (a
+        device call's time limit) cannot hold every run's first places (stop 28, H200: the same 12
+        rows built first in three calls in a row, none finished, 6 rows journalled in two calls)."""
+        self.db.execute("INSERT INTO tries VALUES (?, ?, ?)", (kernel_id, time.time(), what))
+
+    def tries(self) -> dict[str, int]:
+        """{kernel id: number of note_try records since it was last taken out (``forgotten``,
+        --redo)} for the rows not journalled (yet): a row that was tried, finished and is now
+        checked again starts from none."""
+        if "tries" not in self.tables:
+            return {}
+        since = ("WHERE t.at > COALESCE((SELECT MAX(f.at) FROM forgotten f WHERE f.id = t.id), 0)"
+                 if "forgotten" in self.tables else "")
+        done = self.done()
+        return {k: n for k, n in self.db.execute(f"SELECT t.id, COUNT(*) FROM tries t {since} GROUP BY t.id")
+                if k not in done}
 
     def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
         """Write one kernel and its gates atomically. ``row`` is the corpus row (id, source_repo,
@@ -297,7 +319,7 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
             dst.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", k)
             dst.db.executemany("INSERT INTO gates VALUES (?,?,?,?,?,?,?)", g)
             dst.db.execute("COMMIT")
-        # the side tables: what --redo took out, and the runs' options (each record once)
+        # the side tables: what --redo took out, the runs' options, the rows tried (each record once)
         dst.db.execute("BEGIN IMMEDIATE")
         for rec in src.select("forgotten"):
             if dst.db.execute("SELECT 1 FROM forgotten WHERE id = ? AND at IS ?", (rec[0], rec[5])).fetchone() is None:
@@ -305,6 +327,9 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
         for rec in src.select("runs"):
             if dst.db.execute("SELECT 1 FROM runs WHERE at = ? AND options = ?", rec).fetchone() is None:
                 dst.db.execute("INSERT INTO runs VALUES (?,?)", rec)
+        for rec in src.select("tries"):
+            if dst.db.execute("SELECT 1 FROM tries WHERE id = ? AND at = ? AND what IS ?", rec).fetchone() is None:
+                dst.db.execute("INSERT INTO tries VALUES (?,?,?)", rec)
         dst.db.execute("COMMIT")
         src.close()
     return copied, already

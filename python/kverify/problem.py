@@ -357,14 +357,7 @@ class Problem:
                 sample, n = self._meta_inputs(seed, binding)
                 model = self._meta_model()
                 n += sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
-                with torch.device("meta"):
-                    try:
-                        if sample is not None:
-                            with torch.no_grad():
-                                n += sum(y.numel() for y in as_outputs(model(*sample)) if isinstance(y, torch.Tensor))
-                    except Exception:  # noqa: BLE001 — no meta kernel, or the shape is rejected
-                        pass
-                return n
+                return n + (_meta_output_numel(model, sample) or 0)
             except Exception:  # noqa: BLE001
                 return None
             finally:
@@ -379,6 +372,22 @@ class Problem:
                 self.bind(None)
                 model = self._meta_model()
                 return sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+            except Exception:  # noqa: BLE001
+                return None
+
+    def output_numel(self) -> int | None:
+        """Elements of the reference's tensor outputs at the problem's own shape, from a forward
+        on meta tensors (nothing allocated, nothing computed); None where that cannot be told:
+        Model(...) or get_inputs() cannot run on meta tensors, or the forward has no meta path
+        (a custom op, .item()), or get_inputs() needs real data. Used by kverify.build.precompile
+        for the audit's memory estimate of a check (an input of 8 channels and an output of 64
+        hold 8x the memory of the input)."""
+        with STATE_LOCK:
+            try:
+                self.bind(None)
+                with torch.device("meta"):  # not _meta_inputs: its fallback draws real inputs
+                    sample = self.module.get_inputs()
+                return _meta_output_numel(self._meta_model(), sample)
             except Exception:  # noqa: BLE001
                 return None
 
@@ -398,6 +407,19 @@ class Problem:
                 return remember_modes(self.module.Model(*init).to(device)).eval()
             except Exception as e:  # noqa: BLE001
                 raise LoadError(self.path, f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+
+
+def _meta_output_numel(model: torch.nn.Module, sample: list | None) -> int | None:
+    """Elements of the tensors ``model`` (built on meta tensors) returns on ``sample`` (inputs on
+    meta tensors; None: not available), computed on the meta device; None where the forward has
+    no meta path or raises there (a shape the model rejects, say)."""
+    if sample is None:
+        return None
+    try:
+        with torch.device("meta"), torch.no_grad():
+            return sum(y.numel() for y in as_outputs(model(*sample)) if isinstance(y, torch.Tensor))
+    except Exception:  # noqa: BLE001 — no meta kernel, or the shape is rejected
+        return None
 
 
 def synthesize(specs: list[InputSpec], seed: int, device: str, dtype_override: dict | None = None) -> list:
