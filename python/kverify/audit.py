@@ -47,7 +47,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from kverify._internal import cpu_seconds, cuda_schedule
+from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import CLASSES, FAULT_PREFIX, Journal, cut_by_budget
@@ -468,6 +468,12 @@ def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: f
 
 #: CPUs per compute-sanitizer run in an audit (KVERIFY_SANITIZER_CPUS, when not set already)
 SANITIZER_CPUS = 2
+#: Seconds a GPU audit's check process may pause, over all its retries, for GPU memory that other
+#: checks hold (kverify._internal.memory_wait, KVERIFY_OOM_WAIT_S when not set already; not for a
+#: row re-run alone serially) before an out-of-memory error stands and the row is deferred to run
+#: alone. Small beside a row budget (--row-budget, 240 s in the device runs): the pauses come out of
+#: the same budget as the later gates' runs.
+OOM_WAIT_S = 30
 
 
 def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None,
@@ -492,6 +498,8 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     # its workers inherit both
     os.environ.setdefault(cuda_schedule.ENV, "block")
     os.environ.setdefault("KVERIFY_EMPTY_CACHE", "1")
+    if opts.get("device") == "cuda" and not serial:  # out of GPU memory beside other checks: wait a
+        os.environ.setdefault(memory_wait.ENV, str(OOM_WAIT_S))  # while first (alone, nothing frees it)
     # ~9 processes per check and several checks at once: torch's CPU thread pools (one thread per
     # core each by default) would oversubscribe the cores many times over (opts["threads"])
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -522,18 +530,11 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     os.replace(out + ".tmp", out)
 
 
-#: How PyTorch and CUDA say a GPU ran out of memory, lower case. "tried to allocate" alone: a
-#: summary that keeps the last line of PyTorch's message can start after "CUDA out of" (H200
-#: audit, stop 17: a standard test journalled ERROR "memory. Tried to allocate 498.00 MiB ...").
-_OOM = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation", "tried to allocate")
-
-
 def oom_where(report: dict | None, reason: str) -> str:
-    """Where the row's reason or report says the GPU ran out of memory: "reason", a gate id, or
-    "standard" (comma-separated), "" when nowhere."""
+    """Where the row's reason or report says the GPU ran out of memory (memory_wait.MARKS):
+    "reason", a gate id, or "standard" (comma-separated), "" when nowhere."""
     def hit(x) -> bool:
-        text = (x if isinstance(x, str) else json.dumps(x)).lower()
-        return any(k in text for k in _OOM)
+        return memory_wait.says_oom(x if isinstance(x, str) else json.dumps(x))
 
     where = ["reason"] if hit(reason) else []
     for g in (report or {}).get("gates", []):
@@ -682,11 +683,16 @@ def host_memory_mib() -> tuple[int, int] | None:
 def host_peak_note(report: dict | None) -> str:
     """", host N.N GiB" from a report's meta.host_peak_mib (the check process's peak resident
     memory, kverify.check.host_peak_mib) and ", own GPU N.N GiB" from meta.gpu_peak_mib (its peak
-    GPU memory, kverify.check.gpu_peak_mib) for the audit's log line, "" for what it lacks."""
+    GPU memory, kverify.check.gpu_peak_mib) for the audit's log line, "" for what it lacks; and
+    ", N memory wait(s)" where oracle runs of the check ran again after running out of GPU memory
+    (meta.memory_waits, kverify._internal.memory_wait)."""
     meta = (report or {}).get("meta") or {}
-    return "".join(f", {label} {meta[key] / 1024:.1f} GiB" for key, label in
+    note = "".join(f", {label} {meta[key] / 1024:.1f} GiB" for key, label in
                    (("host_peak_mib", "host"), ("gpu_peak_mib", "own GPU"))
                    if isinstance(meta.get(key), (int, float)) and meta[key] > 0)
+    waits = meta.get("memory_waits") or {}
+    n = (waits.get("oracle") or 0) if isinstance(waits, dict) else 0
+    return note + (f", {n} memory wait(s)" if n else "")
 
 
 def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0) -> int:

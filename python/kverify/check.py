@@ -532,6 +532,8 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                            "judged_on": judged_on(ctx.device),
                            "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
                            "host_peak_mib": host_peak_mib(), "gpu_peak_mib": gpu_peak_mib(ctx.device),
+                           # oracle runs run again after running out of GPU memory (kverify._internal.memory_wait)
+                           "memory_waits": {"oracle": ctx.oracle.memory_waits},
                            "inputs": [s.to_json() for s in ctx.specs],
                            "seconds": {"setup": round(t_setup - t0, 3),
                                        "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),

@@ -127,7 +127,8 @@ class Journal:
         record exists. A later run checks the rows that earlier runs tried and did not finish
         after the others (Journal.tries; kverify.audit): a row whose check outlasts the runs (a
         device call's time limit) cannot hold every run's first places (stop 28, H200: the same 12
-        rows built first in three calls in a row, none finished, 6 rows journalled in two calls)."""
+        rows built in each of three calls, all 12 first in the third, none finished; 6 rows
+        journalled in two calls)."""
         self.db.execute("INSERT INTO tries VALUES (?, ?, ?)", (kernel_id, time.time(), what))
 
     def tries(self) -> dict[str, int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kverify._internal import memory_wait
 from kverify.engine import Dist
 from kverify.errors import BudgetSpent, LoadError
 from kverify.journal import BUDGET_MARK
@@ -593,6 +594,8 @@ class Oracle:
         #: the budget in seconds it came from (for the message); set by limit()
         self.deadline: float | None = None
         self.budget: float | None = None
+        #: oracle runs that ran out of GPU memory and ran again (run(); the report's meta.memory_waits)
+        self.memory_waits = 0
 
     def limit(self, deadline: float | None, budget: float | None) -> None:
         """Refuse oracle runs that would start after ``deadline`` (time.monotonic() seconds): the
@@ -628,7 +631,28 @@ class Oracle:
     def run_fp64(self, inputs: list, binding: dict | None = None, transform=None) -> list:
         """The fp64 oracle's outputs for ``inputs``, each float input upcast and then passed
         through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes).
-        Raises BudgetSpent past the deadline set by limit()."""
+        Raises BudgetSpent past the deadline set by limit(). Out of GPU memory it runs again
+        after a pause, as run() does."""
+        return memory_wait.retry(lambda: self._run_fp64(inputs, binding, transform), self.deadline,
+                                 self._after_oom, self._untouched(inputs))
+
+    def _after_oom(self) -> None:
+        """Count a retry of an oracle run that ran out of GPU memory (memory_wait.retry)."""
+        with STATE_LOCK:
+            self.memory_waits += 1
+
+    @staticmethod
+    def _untouched(inputs: list):
+        """A check, for memory_wait.retry's ``may_retry``, that no tensor of ``inputs`` whose
+        storage the oracle shares (upcast passes fp64 tensors on detached, integer, bool and
+        complex ones as they are) was written to since this call (its version counter, which
+        detach() shares): a try that wrote into one before running out of memory is not retried
+        (the next try would see other inputs), and nothing is copied."""
+        shared = [(x, x._version) for x in inputs
+                  if isinstance(x, torch.Tensor) and (x.dtype == torch.float64 or not x.is_floating_point())]
+        return lambda: all(x._version == v for x, v in shared)
+
+    def _run_fp64(self, inputs: list, binding: dict | None, transform) -> list:
         self.check_budget()
         xs = [upcast(x) for x in inputs]
         if transform is not None:
@@ -644,7 +668,16 @@ class Oracle:
         """(oracle outputs in fp64, reference outputs at the problem's dtype) for ``inputs``.
         Raises BudgetSpent past the deadline set by limit(), and what the models raise; ``stage``
         then says which raised ("reference" or "oracle", the fp64 copy; None after a run that
-        ended)."""
+        ended). Out of GPU memory (another check holds it, in an audit) it runs again, the same
+        models on the same inputs, after a pause, while the process has pausing time and the
+        deadline room (kverify._internal.memory_wait; memory_waits counts the retries); not where
+        the failed try wrote into an input it shares with the caller (_untouched). A reference
+        whose forward changes its own state before running out of memory runs on from there."""
+        self.stage = None
+        return memory_wait.retry(lambda: self._run(inputs, binding), self.deadline, self._after_oom,
+                                 self._untouched(inputs))
+
+    def _run(self, inputs: list, binding: dict | None) -> tuple[list, list]:
         self.stage = None
         self.check_budget()
         with STATE_LOCK:  # the model may read its module's free dimensions (or draw) while it runs

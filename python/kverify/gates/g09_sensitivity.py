@@ -183,11 +183,14 @@ def _slack_applies(ob: torch.Tensor, rb, op: torch.Tensor, rp) -> bool:
 
 
 def _rms(a: torch.Tensor) -> float:
-    """Root mean square of the finite elements of ``a`` (0.0 where none is), summed in fp64 over
-    CHUNK-element pieces on ``a``'s device (bounded memory at any output size). In fp64 whatever
+    """Root mean square of the finite elements of ``a`` (0.0 where none is, and for integer and
+    bool tensors, which _moved compares by bits), summed in fp64 over CHUNK-element pieces on
+    ``a``'s device (bounded memory at any output size). In fp64 whatever
     ``a``'s dtype since rules 2026-12-01.6: an oracle output the reference casts (to fp16, say)
     had its rms taken in that dtype before, where one element past 256 overflowed it to inf and
     G09 then asked nothing of that output."""
+    if not (a.is_floating_point() or a.is_complex()):
+        return 0.0
     a = a.detach().reshape(-1)
     total, count = 0.0, 0
     for s in range(0, a.numel(), CHUNK):
@@ -232,23 +235,26 @@ def _any_moved(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether _moved finds any element of ``b`` (an fp64 oracle output) moved from ``a`` (one of
     the same shape), judged in CHUNK-element pieces on ``a``'s device."""
     a, b = a.detach().reshape(-1), b.detach().reshape(-1)
-    rms = _rms(a) if a.is_floating_point() or a.is_complex() else 0.0
+    rms = _rms(a)
     return any(bool(_moved(a[s:s + CHUNK], b[s:s + CHUNK], rms=rms).any()) for s in range(0, a.numel(), CHUNK))
 
 
-def _misses(rb: torch.Tensor, rp: torch.Tensor, lb, lp, cb: torch.Tensor, cp: torch.Tensor) -> tuple[int, int, int]:
+def _misses(rb: torch.Tensor, rp: torch.Tensor, lb, lp, cb: torch.Tensor, cp: torch.Tensor,
+            rms: float | None = None) -> tuple[int, int, int]:
     """One output under one perturbation: (elements the fp64 oracle moves past _moved's bound,
     those of them where the candidate's bits did not change, the flat index of the first such or
     -1). ``rb``, ``rp``: the oracle's outputs in the base and the perturbed run; ``lb``, ``lp``:
     the reference's at its own dtype (or None, _slack); ``cb``, ``cp``: the candidate's, of
-    ``rb``'s shape. Computed in CHUNK-element pieces on the oracle's device (the GPU in an
-    audit): at most a few hundred MiB at a time whatever the output's size (stop 28, H200: two
+    ``rb``'s shape; ``rms``: _rms(rb) when the caller has it (the same for every perturbation of
+    this output: judge computes it once), else computed here. Computed in CHUNK-element pieces
+    on the oracle's device (the GPU in an audit): at most a few hundred MiB at a time whatever the output's size (stop 28, H200: two
     rows with 130M- and 268M-element outputs, judged in fp64 on the host in one piece, spent
     their whole check budget and more in this judgement)."""
     dev = rb.device
     slack = _slack_applies(rb, lb, rp, lp)
     flat = [None if t is None else t.detach().reshape(-1) for t in (rb, rp, lb, lp, cb, cp)]
-    rms = _rms(flat[0]) if rb.is_floating_point() or rb.is_complex() else 0.0
+    if rms is None:
+        rms = _rms(flat[0])
     changed = ignored = 0
     first = -1
     for s in range(0, flat[0].numel(), CHUNK):
@@ -272,9 +278,12 @@ def _changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.view(iv) != b.view(iv)).reshape(-1)
 
 
-def _judge_run(name: str, pair: tuple, ref_base: tuple, cand: dict, left_out: list) -> list[dict]:
+def _judge_run(name: str, pair: tuple, ref_base: tuple, cand: dict, left_out: list,
+               base_rms: dict | None = None) -> list[dict]:
     """G09's record of one perturbation run ``name`` (``pair``: the oracle's and the reference's
-    outputs there, _oracle_runs; ``ref_base``: theirs in the base run; ``cand``: the candidate's
+    outputs there, _oracle_runs; ``ref_base``: theirs in the base run; ``base_rms``: output index
+    -> _rms of the oracle's base output, filled here as each is first needed and kept by the
+    caller for the next runs; ``cand``: the candidate's
     outputs by run name, a run's a list of outputs or {"raised": ...} / {"left_out": why}): [] and
     a reason appended to ``left_out`` where the candidate's run is left out, else one record:
     {"name", "failed"} or {"name", "reference_changed", "ignored", "first"} (elements over all
@@ -300,7 +309,11 @@ def _judge_run(name: str, pair: tuple, ref_base: tuple, cand: dict, left_out: li
             continue
         lb = low_base[k] if low_base is not None and k < len(low_base) else None
         lp = low_out[k] if low_out is not None and k < len(low_out) else None
-        moved, missed, at = _misses(rb, rp, lb, lp, cb, cp)
+        if base_rms is None:
+            base_rms = {}
+        if k not in base_rms:
+            base_rms[k] = _rms(rb)
+        moved, missed, at = _misses(rb, rp, lb, lp, cb, cp, base_rms[k])
         ref_changed += moved
         if missed and ignored == 0:
             first = at
@@ -315,9 +328,10 @@ def judge(ctx: Context, results: dict) -> dict:
     with torch.no_grad(), STATE_LOCK:
         runs = _oracle_runs(ctx, job, oracle_left_out)
         ref_base = next(runs)[1]
+        base_rms: dict[int, float] = {}  # the oracle's base outputs' rms, once each (_judge_run)
         for name, pair in runs:
             if name in cand:
-                perts.extend(_judge_run(name, pair, ref_base, cand, left_out))
+                perts.extend(_judge_run(name, pair, ref_base, cand, left_out, base_rms))
             pair = None  # dropped before the next run is computed
     left_out = oracle_left_out + left_out
     seq = results["G09/sequence"]["digests"]

@@ -1,0 +1,156 @@
+"""Waiting for GPU memory that other processes hold, instead of failing at once.
+
+An audit runs several checks on one GPU (kverify.audit), each of ~9 processes. A check that runs
+out of GPU memory beside the others is deferred whole, to run again alone at the end of the
+audit, and its work so far is lost (H200 audit, stop 28: 12 deferrals in 3 calls, 9 of them
+in G05, where the check's own process runs the fp64 oracle at shape variants near the problem's
+own shape; most never ran again before the call ended). Memory another check holds is given
+back when that check's gate or job ends (KVERIFY_EMPTY_CACHE), so waiting a few seconds and
+trying again usually succeeds.
+
+What waits: the oracle's runs in the check's own process (kverify.problem.Oracle.run and
+run_fp64, through ``retry``; G09's and G04's own reference runs do not): the reference alone runs
+there, never the candidate, so no candidate can bring a retry about. The same models run again on
+the same inputs (a try that wrote into an input it shares with the caller is not retried); at
+most RERUNS retries per run, each after a pause of 0.5-1.5 x STEP_S, only while the check's
+deadline leaves room for the pause and twice the failed try's time, and within the process's
+pausing time: KVERIFY_OOM_WAIT_S seconds over all its retries (kverify.audit sets it for its
+checks on a shared GPU; unset or 0: no waiting, as outside an audit and in an audit's serial
+re-run of a row alone). A size past the whole GPU is never waited for (hopeless). The
+candidate's workers do not wait: a retry in a new worker would drop what the failed one saw (G12's
+tampering findings, a sanitizer's log) and let a candidate reset its call history by raising an
+out-of-memory error (stop 29's review); their out-of-memory errors defer the row as before.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import random
+import re
+import threading
+import time
+
+ENV = "KVERIFY_OOM_WAIT_S"
+
+#: How PyTorch, CUDA and its libraries say a GPU ran out of memory, lower case. "tried to
+#: allocate" alone: a summary that keeps the last line of PyTorch's message can start after "CUDA
+#: out of" (H200 audit, stop 17: a standard test journalled ERROR "memory. Tried to allocate 498.00
+#: MiB ..."); cuBLAS and cuDNN report their workspace allocations failing under their own names.
+MARKS = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation", "tried to allocate",
+         "cublas_status_alloc_failed", "cudnn_status_alloc_failed")
+
+#: seconds between tries, on average (each pause is 0.5-1.5 times it: checks that ran out of
+#: memory together do not try again together)
+STEP_S = 3.0
+#: retries after the first try, at most, per oracle run
+RERUNS = 3
+
+_lock = threading.Lock()
+_spent = [0.0]  # seconds this process has paused so far
+_jitter = random.Random()  # its own stream: a reference that seeds ``random`` changes nothing here
+
+
+def says_oom(text: str) -> bool:
+    """Whether ``text`` (an error message, a summary) says a GPU ran out of memory (MARKS)."""
+    low = text.lower()
+    return any(m in low for m in MARKS)
+
+
+_ASKED = re.compile(r"tried to allocate ([0-9]+(?:\.[0-9]*)?) (b|bytes|kib|mib|gib|tib)\b", re.IGNORECASE)
+_UNIT = {"b": 1, "bytes": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _device_total() -> int | None:
+    """Bytes of memory of this process's current GPU, None where CUDA is not started."""
+    try:
+        import torch
+        return torch.cuda.mem_get_info()[1] if torch.cuda.is_initialized() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def hopeless(text: str, total_bytes: int | None = None) -> bool:
+    """Whether the out-of-memory message ``text`` asked for more than the whole GPU has
+    (PyTorch's "Tried to allocate N GiB", its first such size, past ``total_bytes``, by default
+    the current device's memory; False where either is unknown): no wait can help, the error
+    stands at once."""
+    m = _ASKED.search(text)
+    if not m:
+        return False
+    if total_bytes is None:
+        total_bytes = _device_total()
+        if total_bytes is None:
+            return False
+    return float(m.group(1)) * _UNIT[m.group(2).lower()] > total_bytes
+
+
+def gpu_oom(text: str) -> bool:
+    """Whether ``text`` reports a GPU out-of-memory error that waiting may mend: says_oom, not
+    the host's allocator (PyTorch's "DefaultCPUAllocator: ... you tried to allocate"), not
+    hopeless."""
+    return says_oom(text) and "cpuallocator" not in text.lower() and not hopeless(text)
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether the exception ``e`` is a GPU out-of-memory error that waiting may mend
+    (torch.OutOfMemoryError, or an error whose message says so: gpu_oom)."""
+    text = f"{type(e).__name__}: {e}"
+    try:
+        import torch
+        typed = isinstance(e, torch.OutOfMemoryError)
+    except (ImportError, AttributeError):
+        typed = False
+    return (typed and not hopeless(text)) or gpu_oom(text)
+
+
+def left() -> float:
+    """Seconds of pausing this process has left (KVERIFY_OOM_WAIT_S less what it paused)."""
+    try:
+        total = float(os.environ.get(ENV, "0") or 0)
+    except ValueError:
+        total = 0.0
+    with _lock:
+        return max(0.0, total - _spent[0])
+
+
+def _pause(seconds: float) -> None:
+    """Give this process's cached GPU blocks back and sleep ``seconds``, counted against its
+    pausing time."""
+    with _lock:
+        _spent[0] += seconds
+    gc.collect()  # the failed try's tensors, held by its frames until now
+    try:
+        import torch
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 — the wait helps without it
+        pass
+    time.sleep(seconds)
+
+
+def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
+    """``fn()``; when it raises an out-of-memory error (is_oom) and ``may_retry()`` (None: always)
+    says the try left nothing behind, ``on_oom()`` (to count it), a pause and ``fn()`` again, at
+    most RERUNS times; then the error stands. A pause is 0.5-1.5 x STEP_S, cut to the process's
+    pausing time left and, with a ``deadline`` (time.monotonic() seconds), to the time to it less
+    twice the failed try's time and STEP_S (a retry that could only end in a spent budget would
+    turn the error, which defers the row to run alone, into "not established"); one shorter than
+    STEP_S / 4 is not taken: the error stands. ``fn`` checks the deadline itself before it runs
+    (Oracle.check_budget)."""
+    for k in range(RERUNS + 1):
+        t = time.monotonic()
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 — re-raised unless it is a wait for memory
+            took = time.monotonic() - t
+            if k == RERUNS or not is_oom(e) or (may_retry is not None and not may_retry()):
+                raise
+            err = e.with_traceback(None)  # the message kept, the failed try's frames let go
+        seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.monotonic() - 2 * took - STEP_S)
+        if seconds < STEP_S / 4:
+            raise err
+        if on_oom is not None:
+            on_oom()
+        _pause(seconds)
