@@ -71,7 +71,8 @@ for path in filter(os.path.exists, sys.argv[2:]):  # a shard not begun has no jo
     for kid, report in db.execute("SELECT id, report FROM kernels"):
         if not report or (json.loads(report).get("meta") or {}).get("rules") != RULES:
             old.add(kid)
-    old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%'")}
+    old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%' "
+                                     "OR summary LIKE '%ran out of memory while%'")}
 print(",".join(i for i in sys.argv[1].split(",") if i and i in old))
 PY
 )

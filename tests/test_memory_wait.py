@@ -1,8 +1,9 @@
 """Waiting for GPU memory (kverify._internal.memory_wait): in an audit's check that runs out of GPU
-memory beside other checks, the fp64 oracle's run pauses and runs again (the same models and
-inputs; not where the failed try wrote into an input it shares), at most RERUNS times, within
-the process's pausing time and only where the check's deadline leaves room; outside a GPU audit
-(no KVERIFY_OOM_WAIT_S) nothing waits. CPU-only: the out-of-memory errors are raised by hand."""
+memory beside other checks, a run of the fp64 oracle or the reference in the check's own process
+(Oracle.run, run_fp64, G04's and G09's own runs: Oracle.retrying) pauses and runs again (the same
+models and inputs; not where the failed try wrote into an input it shares), at most RERUNS times,
+within the process's pausing time and only where the check's deadline leaves room; outside a GPU
+audit (no KVERIFY_OOM_WAIT_S) nothing waits. CPU-only: the out-of-memory errors are raised by hand."""
 import time
 
 import pytest
@@ -129,9 +130,10 @@ def test_no_retry_where_the_deadline_would_not_hold_it(fresh, monkeypatch):
     monkeypatch.setenv(memory_wait.ENV, "60")
     for left_s in (-1.0, 0.05, 0.05 + 0.05 / 8):  # past it; less than STEP_S (the margin); no room for a pause
         fn, calls = _flaky(10 ** 6)
-        with pytest.raises(torch.OutOfMemoryError):
+        with pytest.raises(torch.OutOfMemoryError) as raised:
             fresh.retry(fn, deadline=time.monotonic() + left_s)
         assert len(calls) == 1, left_s
+        assert raised.traceback[-1].name == "fn"  # the error as the try raised it, traceback and all
     fn, calls = _flaky(1)
     assert fresh.retry(fn, deadline=time.monotonic() + 60) == "ran" and len(calls) == 2
 
@@ -192,6 +194,9 @@ def test_an_oracle_try_that_wrote_into_a_shared_input_is_not_run_again(fresh, mo
     with pytest.raises(torch.OutOfMemoryError):
         o.run_fp64([x32])
     assert n[0] == 2 + fresh.RERUNS and o.memory_waits == fresh.RERUNS
+    with pytest.raises(torch.OutOfMemoryError):  # Oracle.run's fp64 copy sees an fp64 input as it is too
+        o.run([torch.linspace(-2, 2, 16, dtype=torch.float64)])
+    assert n[0] == 3 + fresh.RERUNS and o.memory_waits == fresh.RERUNS
 
 
 def test_only_a_gpu_audit_s_checks_wait(tmp_path, monkeypatch):
@@ -229,3 +234,227 @@ def test_the_audit_log_line_counts_the_memory_waits():
     from kverify.audit import host_peak_note
     assert host_peak_note({"meta": {"memory_waits": {"oracle": 2}}}) == ", 2 memory wait(s)"
     assert host_peak_note({"meta": {"memory_waits": {"oracle": 0}}}) == ""
+
+
+def test_an_inference_tensor_input_is_not_run_again(fresh, monkeypatch):
+    """An inference tensor keeps no version counter, so whether the failed try wrote into it
+    cannot be told: the error stands. (Before, every run()/run_fp64() with an fp64, integer or
+    bool inference tensor among its inputs raised a RuntimeError reading that counter, before its
+    first try; kverify itself makes no inference tensors.)"""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    n = [0]
+
+    def forward(t):
+        n[0] += 1
+        raise torch.OutOfMemoryError(OOM)
+    o, _ = _oracle(monkeypatch, forward)
+    with torch.inference_mode():
+        x = torch.linspace(-2, 2, 16, dtype=torch.float64)
+    with pytest.raises(torch.OutOfMemoryError):
+        o.run_fp64([x])
+    assert n[0] == 1 and o.memory_waits == 0
+
+
+def test_g09_s_reference_run_waits_and_never_turns_running_out_into_a_missing_measure(fresh, monkeypatch):
+    """G09 measures the reference's own rounding with its run at the problem's dtype; where that
+    run raises, the measure is missing and the oracle's move alone decides (a stricter judge).
+    Running out of GPU memory is the audit's neighbours, not the reference: it runs again through
+    Oracle.retrying, and where it still runs out the error goes up (the row is run again alone),
+    never a missing measure. Any other error still gives None."""
+    from kverify.gates.g09_sensitivity import _reference_run
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    o, _ = _oracle(monkeypatch, torch.relu)
+    x = torch.linspace(-2, 2, 16)
+
+    def model(fails: int, error=lambda: torch.OutOfMemoryError(OOM)):
+        """A builder of a reference that raises ``error()`` on its first ``fails`` calls."""
+        calls = []
+
+        def forward(t):
+            calls.append(1)
+            if len(calls) <= fails:
+                raise error()
+            return torch.relu(t)
+        return lambda: forward
+    ran = _reference_run(model(1), [x], o.retrying)
+    assert torch.equal(ran[0], torch.relu(x)) and o.memory_waits == 1
+    with pytest.raises(torch.OutOfMemoryError):
+        _reference_run(model(10 ** 6), [x], o.retrying)
+    assert o.memory_waits == 1 + fresh.RERUNS
+    assert _reference_run(model(1, lambda: ValueError("bad")), [x], o.retrying) is None
+    monkeypatch.setattr(fresh, "_device_total", lambda: 140 << 30)  # a size past the GPU: the reference's own
+    huge = model(1, lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 900.00 GiB"))
+    assert _reference_run(huge, [x], o.retrying) is None and o.memory_waits == 1 + fresh.RERUNS
+
+
+def test_g04_s_reference_runs_wait(fresh, monkeypatch):
+    """G04 asks whether the reference itself is deterministic (three runs in the check's own
+    process); one that runs out of GPU memory runs again and the answer stands."""
+    from kverify.gates.base import Context
+    from kverify.gates.g04_determinism import _reference_deterministic
+    from kverify.problem import Oracle, Problem
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    p = Problem((RELU / "reference.py").read_text(), str(RELU / "reference.py"), 1e-2)
+    o = Oracle(p, 0, "cpu")
+    ref = o.models(None)[0]
+    n = [0]
+    plain = ref.forward
+
+    def forward(x):
+        n[0] += 1
+        if n[0] == 2:
+            raise torch.OutOfMemoryError(OOM)
+        return plain(x)
+    monkeypatch.setattr(ref, "forward", forward)
+    ctx = Context(p, p.input_specs(0), "cpu", 0, o)
+    assert _reference_deterministic(ctx, ctx.job("determinism", "G04", runs=3)) and n[0] == 4 and o.memory_waits == 1
+
+
+def _always_oom(self, x):
+    raise torch.OutOfMemoryError(OOM)
+
+
+BN_REF = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.bn(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(16, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _bn_check():
+    """(the problem, its oracle, a check's context) of BN_REF on the CPU."""
+    from kverify.gates.base import Context
+    from kverify.problem import Oracle, Problem
+    p = Problem(BN_REF, "bn_ref.py", 1e-2)
+    o = Oracle(p, 0, "cpu")
+    return p, o, Context(p, p.input_specs(0), "cpu", 0, o)
+
+
+def _g09_runs(monkeypatch, every: int | None):
+    """G09's oracle and reference runs (_oracle_runs, with the mode runs: BatchNorm) of BN_REF, every
+    ``every``-th forward of any of its models raising a GPU out-of-memory error (None: none):
+    (the runs, what was left out, the oracle, the cached models' weights after)."""
+    from kverify.gates import g09_sensitivity as g09
+    from kverify.problem import STATE_LOCK
+    p, o, ctx = _bn_check()
+    if every is not None:
+        plain, n = p.module.Model.forward, [0]
+
+        def forward(self, x):
+            n[0] += 1
+            if n[0] % every == 0:
+                raise torch.OutOfMemoryError(OOM)
+            return plain(self, x)
+        monkeypatch.setattr(p.module.Model, "forward", forward)
+    left_out = []
+    with STATE_LOCK:
+        runs = [(name, [t.clone() for t in o_], None if r is None else [t.clone() for t in r])
+                for name, (o_, r) in g09._oracle_runs(ctx, g09.plan(ctx)[0], left_out)]
+    weights = [t.clone() for m in o.models(None) for t in m.state_dict().values()]
+    return runs, left_out, o, weights
+
+
+def test_g09_s_runs_wait_with_the_weights_perturbed_and_the_mode_runs_built_anew(fresh, monkeypatch):
+    """Every other forward of the reference, its fp64 copy and the models built for the mode runs
+    runs out of GPU memory: G09's runs end with the same bits as without, every one waited for,
+    the mode run not left out, the cached weights as they were (the retries of a perturbed run
+    happen inside its try/finally)."""
+    from kverify.problem import MODE_RUN
+    monkeypatch.setenv(memory_wait.ENV, "60")
+    clean, left_clean, o_clean, w_clean = _g09_runs(monkeypatch, None)
+    assert o_clean.memory_waits == 0 and not left_clean and MODE_RUN in [name for name, *_ in clean]
+    flaky, left, o, w = _g09_runs(monkeypatch, 2)
+    assert [n for n, *_ in flaky] == [n for n, *_ in clean] and left == left_clean
+    for (name, oa, ra), (_, ob, rb) in zip(clean, flaky):
+        assert all(torch.equal(a, b) for a, b in zip(oa, ob)), name
+        assert (ra is None) == (rb is None) and (ra is None or all(torch.equal(a, b) for a, b in zip(ra, rb))), name
+    assert o.memory_waits >= len(clean) and all(torch.equal(a, b) for a, b in zip(w_clean, w))
+
+
+def test_g09_s_lasting_out_of_memory_goes_up_with_the_weights_restored(fresh, monkeypatch):
+    """Where waiting does not mend it (every forward runs out), the error goes up (the gate is
+    ERROR, the row runs again alone) and the cached models' weights are as built."""
+    monkeypatch.setenv(memory_wait.ENV, "60")
+    _, _, _, w_clean = _g09_runs(monkeypatch, None)
+    from kverify.gates import g09_sensitivity as g09
+    from kverify.problem import STATE_LOCK
+    p, o, ctx = _bn_check()
+    job = g09.plan(ctx)[0]
+    runs = g09._oracle_runs(ctx, job, [])
+    with STATE_LOCK:
+        next(runs)  # "base", before any weight changes
+        next(runs)  # "input 0"
+        monkeypatch.setattr(p.module.Model, "forward", _always_oom)
+        with pytest.raises(torch.OutOfMemoryError):
+            next(runs)  # the first weight perturbation
+    assert o.memory_waits == fresh.RERUNS
+    w = [t for m in o.models(None) for t in m.state_dict().values()]
+    assert all(torch.equal(a, b) for a, b in zip(w_clean, w))
+
+
+def test_a_gate_whose_judging_runs_out_of_memory_says_so():
+    """The gate's ERROR names the cause: running out of GPU memory is not a kverify fault (and the
+    audit finds its marks in the record, to run the row again alone)."""
+    from kverify.audit import oom_where
+    from kverify.check import _judging_error
+    from kverify.gates import GATES
+    rec = _judging_error(GATES["G09"], torch.OutOfMemoryError(OOM))
+    assert rec["verdict"] == "ERROR" and rec["summary"].startswith("ran out of memory while judging: ")
+    assert oom_where({"gates": [rec]}, "") == "G09"
+    assert _judging_error(GATES["G09"], KeyError("x"))["summary"].startswith("kverify fault while judging: KeyError")
+    assert _judging_error(GATES["G05"], torch.OutOfMemoryError(OOM), "planning")["summary"].startswith(
+        "ran out of memory while planning: ")
+
+
+def test_g09_s_mode_run_is_not_left_out_for_running_out_of_memory(fresh, monkeypatch):
+    """A mode run that still runs out of GPU memory after waiting raises (before, the mode was
+    left out, "the reference raised there", and G09 could pass without it)."""
+    from kverify.gates import g09_sensitivity as g09
+    from kverify.problem import MODE_RUN, STATE_LOCK
+    monkeypatch.setenv(memory_wait.ENV, "60")
+    p, o, ctx = _bn_check()
+    left = []
+    runs = g09._oracle_runs(ctx, g09.plan(ctx)[0], left)
+    with STATE_LOCK:
+        names = [next(runs)[0] for _ in range(1 + 1 + len(g09.plan(ctx)[0]["tensors"]))]  # base, input 0, tensors
+        assert MODE_RUN not in names
+        monkeypatch.setattr(p.module.Model, "forward", _always_oom)
+        with pytest.raises(torch.OutOfMemoryError):
+            next(runs)
+    assert not left and o.memory_waits == fresh.RERUNS
+
+
+def test_g09_s_oracle_run_that_wrote_into_its_inputs_is_not_run_again(fresh, monkeypatch):
+    """G09's fp64 inputs serve every one of its runs: a try that wrote into them before running
+    out of memory would leave the next try (and the later runs) other inputs, so the error stands."""
+    from kverify.gates import g09_sensitivity as g09
+    from kverify.problem import STATE_LOCK
+    monkeypatch.setenv(memory_wait.ENV, "60")
+    p, o, ctx = _bn_check()
+    plain = p.module.Model.forward
+
+    def forward(self, x):
+        if x.dtype == torch.float64:
+            x.mul_(2.0)
+            raise torch.OutOfMemoryError(OOM)
+        return plain(self, x)
+    monkeypatch.setattr(p.module.Model, "forward", forward)
+    with STATE_LOCK, pytest.raises(torch.OutOfMemoryError):
+        next(g09._oracle_runs(ctx, g09.plan(ctx)[0], []))
+    assert o.memory_waits == 0

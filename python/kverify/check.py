@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kverify import _core, engine
-from kverify._internal import cpu_seconds, cuda_schedule
+from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import SMALL_INPUTS, Context, accuracy_run, spec_numel
@@ -64,6 +64,17 @@ def _not_established(mod, detail: str) -> dict:
     return _result(mod, "ERROR", "not established: " + detail, {"detail": detail})
 
 
+def _judging_error(mod, e: Exception, stage: str = "judging") -> dict:
+    """ERROR record of a gate whose ``stage`` ("judging" or "planning") in this process raised
+    ``e``, with the traceback: "ran out of memory while ..." where ``e`` says so
+    (memory_wait.says_oom: on the GPU, other checks held the memory and waiting did not mend it,
+    or the problem needs more than the device has; kverify audit runs such a row again alone, and
+    scripts/device_audit.sh's REDO picks such records), else "kverify fault while ..."."""
+    what = f"{type(e).__name__}: {e}"
+    head = "ran out of memory" if memory_wait.says_oom(what) else "kverify fault"
+    return _result(mod, "ERROR", f"{head} while {stage}: {what}", {"traceback": traceback.format_exc()[-2000:]})
+
+
 def _judge_gate(ctx, g: str, plan: list[dict], outcomes: dict, results: dict) -> None:
     """Judge gate ``g`` from its jobs' outcomes into results[g]: CRASH / TIMEOUT / ERROR /
     UNSUPPORTED from the outcomes, else the gate's own rule; a kverify fault is ERROR, and so is a
@@ -90,8 +101,7 @@ def _judge_outcomes(ctx, g: str, plan: list[dict], outcomes: dict, results: dict
         try:
             results[g] = cut(ctx, budget.detail) if cut else None
         except Exception as e:  # noqa: BLE001
-            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
-                                 {"traceback": traceback.format_exc()[-2000:]})
+            results[g] = _judging_error(mod, e)
         if results[g] is None:
             results[g] = _not_established(mod, budget.detail)
         return
@@ -99,8 +109,7 @@ def _judge_outcomes(ctx, g: str, plan: list[dict], outcomes: dict, results: dict
         try:
             results[g] = mod.judge_outcomes(ctx, mine)
         except Exception as e:  # noqa: BLE001
-            results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
-                                 {"traceback": traceback.format_exc()[-2000:]})
+            results[g] = _judging_error(mod, e)
         return
     bad = next((o for o in mine.values() if o.status != "ok"), None)
     if bad is not None:
@@ -119,8 +128,7 @@ def _judge_outcomes(ctx, g: str, plan: list[dict], outcomes: dict, results: dict
     try:
         results[g] = mod.judge(ctx, {k: o.result for k, o in mine.items()})
     except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
-        results[g] = _result(mod, "ERROR", f"kverify fault while judging: {type(e).__name__}: {e}",
-                             {"traceback": traceback.format_exc()[-2000:]})
+        results[g] = _judging_error(mod, e)
 
 
 def check(reference_source: str, reference_path: str, candidate_source: str, candidate_path: str, *,
@@ -451,9 +459,8 @@ def _plan(ctx: Context, g: str, plans: dict, results: dict) -> None:
             plans[g] = mod.plan(ctx)
     except BudgetSpent as e:  # the check's budget ran out before planning was done (an oracle run)
         results[g] = _not_established(mod, str(e))
-    except Exception as e:  # noqa: BLE001 — kverify's own fault, reported as ERROR
-        results[g] = _result(mod, "ERROR", f"kverify fault while planning: {type(e).__name__}: {e}",
-                             {"traceback": traceback.format_exc()[-2000:]})
+    except Exception as e:  # noqa: BLE001 — kverify's own fault (or out of memory), reported as ERROR
+        results[g] = _judging_error(mod, e, "planning")
 
 
 def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: list[str], standard: bool,
@@ -532,7 +539,8 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                            "judged_on": judged_on(ctx.device),
                            "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
                            "host_peak_mib": host_peak_mib(), "gpu_peak_mib": gpu_peak_mib(ctx.device),
-                           # oracle runs run again after running out of GPU memory (kverify._internal.memory_wait)
+                           # runs of the oracle or the reference (G04, G09) run again after running out of
+                           # GPU memory (Oracle.retrying); the key is "oracle" for all of them
                            "memory_waits": {"oracle": ctx.oracle.memory_waits},
                            "inputs": [s.to_json() for s in ctx.specs],
                            "seconds": {"setup": round(t_setup - t0, 3),

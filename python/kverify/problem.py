@@ -594,8 +594,10 @@ class Oracle:
         #: the budget in seconds it came from (for the message); set by limit()
         self.deadline: float | None = None
         self.budget: float | None = None
-        #: oracle runs that ran out of GPU memory and ran again (run(); the report's meta.memory_waits)
+        #: oracle and reference runs that ran out of GPU memory and ran again (retrying(); the
+        #: report's meta.memory_waits)
         self.memory_waits = 0
+        self._count_lock = threading.Lock()
 
     def limit(self, deadline: float | None, budget: float | None) -> None:
         """Refuse oracle runs that would start after ``deadline`` (time.monotonic() seconds): the
@@ -633,12 +635,22 @@ class Oracle:
         through ``transform`` (a map of fp64 tensors, e.g. replacing ±Inf by ±M; G03's limit probes).
         Raises BudgetSpent past the deadline set by limit(). Out of GPU memory it runs again
         after a pause, as run() does."""
-        return memory_wait.retry(lambda: self._run_fp64(inputs, binding, transform), self.deadline,
-                                 self._after_oom, self._untouched(inputs))
+        return self.retrying(lambda: self._run_fp64(inputs, binding, transform), inputs)
+
+    def retrying(self, fn, inputs: list = ()):
+        """``fn()`` (a run of the reference or its fp64 copy, in this process) run again after a
+        pause where it runs out of GPU memory (kverify._internal.memory_wait.retry): while the
+        process has pausing time, at most memory_wait.RERUNS times, only where the deadline set
+        by limit() leaves room, and not where the failed try wrote into a tensor of ``inputs``
+        (those ``fn`` passes on without a copy: _untouched); each retry counted in memory_waits.
+        Raises what ``fn`` raises once it is not run again. Used by run(), run_fp64() and the
+        gates' own reference runs (G04, G09)."""
+        return memory_wait.retry(fn, self.deadline, self._after_oom, self._untouched(list(inputs)))
 
     def _after_oom(self) -> None:
-        """Count a retry of an oracle run that ran out of GPU memory (memory_wait.retry)."""
-        with STATE_LOCK:
+        """Count a retry of a run that ran out of GPU memory (retrying, memory_wait.retry), under a
+        lock of its own: STATE_LOCK may be held for minutes by another thread's judging (G09)."""
+        with self._count_lock:
             self.memory_waits += 1
 
     @staticmethod
@@ -647,10 +659,15 @@ class Oracle:
         storage the oracle shares (upcast passes fp64 tensors on detached, integer, bool and
         complex ones as they are) was written to since this call (its version counter, which
         detach() shares): a try that wrote into one before running out of memory is not retried
-        (the next try would see other inputs), and nothing is copied."""
-        shared = [(x, x._version) for x in inputs
+        (the next try would see other inputs), and nothing is copied. An inference tensor
+        (torch.inference_mode) keeps no version counter: with one among them, no try runs again."""
+        shared = [x for x in inputs
                   if isinstance(x, torch.Tensor) and (x.dtype == torch.float64 or not x.is_floating_point())]
-        return lambda: all(x._version == v for x, v in shared)
+        try:
+            seen = [x._version for x in shared]
+        except RuntimeError:  # "Inference tensors do not track version counter"
+            return lambda: False
+        return lambda: all(x._version == v for x, v in zip(shared, seen))
 
     def _run_fp64(self, inputs: list, binding: dict | None, transform) -> list:
         self.check_budget()
@@ -673,9 +690,7 @@ class Oracle:
         deadline room (kverify._internal.memory_wait; memory_waits counts the retries); not where
         the failed try wrote into an input it shares with the caller (_untouched). A reference
         whose forward changes its own state before running out of memory runs on from there."""
-        self.stage = None
-        return memory_wait.retry(lambda: self._run(inputs, binding), self.deadline, self._after_oom,
-                                 self._untouched(inputs))
+        return self.retrying(lambda: self._run(inputs, binding), inputs)
 
     def _run(self, inputs: list, binding: dict | None) -> tuple[list, list]:
         self.stage = None

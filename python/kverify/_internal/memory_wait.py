@@ -8,19 +8,19 @@ own shape; most never ran again before the call ended). Memory another check hol
 back when that check's gate or job ends (KVERIFY_EMPTY_CACHE), so waiting a few seconds and
 trying again usually succeeds.
 
-What waits: the oracle's runs in the check's own process (kverify.problem.Oracle.run and
-run_fp64, through ``retry``; G09's and G04's own reference runs do not): the reference alone runs
-there, never the candidate, so no candidate can bring a retry about. The same models run again on
-the same inputs (a try that wrote into an input it shares with the caller is not retried); at
-most RERUNS retries per run, each after a pause of 0.5-1.5 x STEP_S, only while the check's
-deadline leaves room for the pause and twice the failed try's time, and within the process's
-pausing time: KVERIFY_OOM_WAIT_S seconds over all its retries (kverify.audit sets it for its
-checks on a shared GPU; unset or 0: no waiting, as outside an audit and in an audit's serial
-re-run of a row alone). A size past the whole GPU is never waited for (hopeless). The
-candidate's workers do not wait: a retry in a new worker would drop what the failed one saw (G12's
-tampering findings, a sanitizer's log) and let a candidate reset its call history by raising an
-out-of-memory error (stop 29's review); their out-of-memory errors defer the row as before.
-"""
+What waits: the reference's runs in the check's own process (kverify.problem.Oracle.retrying:
+Oracle.run and run_fp64, and G04's and G09's own runs of the reference and its fp64 copy): the
+reference alone runs there, never the candidate, so no candidate can bring a retry about. The same
+models run again on the same inputs (G09's training-mode runs on a model built anew; a try that
+wrote into an input it shares with the caller is not retried); at most RERUNS retries per run, each
+after a pause of 0.5-1.5 x STEP_S, only while the check's deadline leaves room for the pause and
+twice the failed try's time, and within the process's pausing time: KVERIFY_OOM_WAIT_S seconds over
+all its retries (kverify.audit sets it for its checks on a shared GPU; unset or 0: no waiting, as
+outside an audit and in an audit's serial re-run of a row alone). A size past the whole GPU is
+never waited for (hopeless). The candidate's workers do not wait: a retry in a new worker would
+drop what the failed one saw (G12's tampering findings, a sanitizer's log) and let a candidate
+reset its call history by raising an out-of-memory error (stop 29's review); their out-of-memory
+errors defer the row as before."""
 from __future__ import annotations
 
 import gc
@@ -42,7 +42,7 @@ MARKS = ("out of memory", "outofmemoryerror", "cudaerrormemoryallocation", "trie
 #: seconds between tries, on average (each pause is 0.5-1.5 times it: checks that ran out of
 #: memory together do not try again together)
 STEP_S = 3.0
-#: retries after the first try, at most, per oracle run
+#: retries after the first try, at most, per run (Oracle.retrying)
 RERUNS = 3
 
 _lock = threading.Lock()
@@ -135,8 +135,9 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
     pausing time left and, with a ``deadline`` (time.monotonic() seconds), to the time to it less
     twice the failed try's time and STEP_S (a retry that could only end in a spent budget would
     turn the error, which defers the row to run alone, into "not established"); one shorter than
-    STEP_S / 4 is not taken: the error stands. ``fn`` checks the deadline itself before it runs
-    (Oracle.check_budget)."""
+    STEP_S / 4 is not taken: the error stands (raised with its traceback). Each retry starts at
+    least twice the failed try's time and STEP_S before the ``deadline``, so a caller may check
+    its budget once, before the first try (Oracle.check_budget)."""
     for k in range(RERUNS + 1):
         t = time.monotonic()
         try:
@@ -145,12 +146,12 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
             took = time.monotonic() - t
             if k == RERUNS or not is_oom(e) or (may_retry is not None and not may_retry()):
                 raise
-            err = e.with_traceback(None)  # the message kept, the failed try's frames let go
-        seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
-        if deadline is not None:
-            seconds = min(seconds, deadline - time.monotonic() - 2 * took - STEP_S)
-        if seconds < STEP_S / 4:
-            raise err
+            seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
+            if deadline is not None:
+                seconds = min(seconds, deadline - time.monotonic() - 2 * took - STEP_S)
+            if seconds < STEP_S / 4:
+                raise
+        # past the except block Python drops ``e``: the failed try's frames and tensors are let go
         if on_oom is not None:
             on_oom()
         _pause(seconds)

@@ -31,7 +31,8 @@ def plan(ctx: Context) -> list[dict]:
 def _reference_deterministic(ctx: Context, job: dict) -> bool:
     """Three runs of the low-precision reference at the job's binding give the same bits? Holds
     STATE_LOCK and binds the job's shape first: the reference may read its module's free
-    dimensions, which another gate's planning (G05) may have left at another value."""
+    dimensions, which another gate's planning (G05) may have left at another value. A run that
+    runs out of GPU memory runs again (Oracle.retrying, fresh copies of the inputs)."""
     x = ctx.inputs_of(job)
     digests = set()
     with STATE_LOCK:
@@ -39,7 +40,7 @@ def _reference_deterministic(ctx: Context, job: dict) -> bool:
         ctx.problem.bind(job.get("binding"))
         for _ in range(3):
             ctx.oracle.check_budget()
-            y = ref(*[t.clone() if isinstance(t, torch.Tensor) else t for t in x])
+            y = ctx.oracle.retrying(lambda: ref(*[t.clone() if isinstance(t, torch.Tensor) else t for t in x]))
             ys = y if isinstance(y, (list, tuple)) else [y]
             digests.add(tuple(engine.digest(o) for o in ys if isinstance(o, torch.Tensor)))
     return len(digests) == 1

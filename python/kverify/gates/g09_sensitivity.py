@@ -16,8 +16,9 @@ shift before a mean subtraction, a softmax or a LayerNorm; PyTorch's eval-mode f
 its training path -- changed the reference by rounding alone, and a correct candidate whose
 rounding differs failed.) A candidate that raises
 under the mode perturbation fails it; that perturbation is left out, and said so, when the
-reference raises there or its oracle's output differs between two such calls (dropout), or when
-the candidate cannot be built a second time. Under any perturbation an output of another shape or
+reference raises there (running out of GPU memory is no such reason: the gate is ERROR) or its
+oracle's output differs between two such calls (dropout), or when the candidate cannot be built
+a second time. Under any perturbation an output of another shape or
 dtype than otherwise fails. Only a change is asked for: the mode run does not judge accuracy in
 training mode (the standard test runs there).
 (2) In one process, calls alternating A, B, A, B, ... (12, well past the standard test's 5)
@@ -31,9 +32,12 @@ Controls: controls/g09_*.
 """
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from kverify import engine
+from kverify._internal import memory_wait
 from kverify.gates.base import Context
 from kverify.problem import MODE_RUN, STATE_LOCK, as_outputs, fp64_copy, set_built_modes, upcast
 
@@ -78,13 +82,16 @@ def plan(ctx: Context) -> list[dict]:
 @torch.no_grad()
 def _oracle_runs(ctx: Context, job: dict, left_out: list):
     """Yield (run name, (the fp64 oracle's outputs, the reference's at its own dtype or None where
-    it raised)) for "base" first, then each input redrawn, each shared tensor transformed and the
-    mode run, one run at a time (G09 judges each against "base" and drops it: at most two runs'
+    it raised: _reference_run)) for "base" first, then each input redrawn, each shared tensor
+    transformed and the mode run, one run at a time (G09 judges each against "base" and drops it: at most two runs'
     outputs held, whatever their number); appends to ``left_out`` why the mode run is left out.
     The reference's outputs measure its own rounding error at each element in each run (_slack).
     The caller holds STATE_LOCK while it iterates: this binds the job's shape and changes the
-    cached oracle's weights for a moment, while other threads of the check may run it.
-    Raises BudgetSpent past the check's deadline."""
+    cached oracle's weights for a moment, while other threads of the check may run it. Each run
+    that runs out of GPU memory runs again (Oracle.retrying; the perturbed weights stay as they
+    are until it ends; a mode run builds its model anew), with STATE_LOCK held through the pause.
+    Raises BudgetSpent past the check's deadline, and a GPU out-of-memory error that waiting did
+    not mend (the gate is ERROR; kverify audit runs the row again alone)."""
     ref, ora = ctx.oracle.models(job.get("binding"))
     ctx.problem.bind(job.get("binding"))
     low = ctx.inputs_of(job)
@@ -93,8 +100,10 @@ def _oracle_runs(ctx: Context, job: dict, left_out: list):
     alt = [upcast(x) for x in low_alt]
 
     def both(oracle, reference, high: list, low_in: list) -> tuple:
+        # reference None: no reference run (a weight only the fp64 copy has as a float)
         ctx.oracle.check_budget()
-        return as_outputs(oracle(*high)), _reference_run(lambda: reference, low_in)
+        o = ctx.oracle.retrying(lambda: as_outputs(oracle(*high)), high)  # out of GPU memory: again
+        return o, None if reference is None else _reference_run(lambda: reference, low_in, ctx.oracle.retrying)
 
     yield "base", both(ora, ref, base, low)
     for i, x in enumerate(base):
@@ -116,23 +125,30 @@ def _oracle_runs(ctx: Context, job: dict, left_out: list):
             t.data.mul_(1.0625).add_(0.0625)
             if keep_r is not None:
                 tr.data.mul_(1.0625).add_(0.0625)
-            o, r = both(ora, ref, base, low)
+            o, r = both(ora, ref if keep_r is not None else None, base, low)
         finally:  # the cached models serve the other gates
             t.data.copy_(keep)
             if keep_r is not None:
                 tr.data.copy_(keep_r)
-        yield f"tensor {name}", (o, r if keep_r is not None else None)  # the weights restored first
+        yield f"tensor {name}", (o, r)  # the weights restored first
         o = r = None
+
+    def mode_run(k: int) -> list:
+        # a model built for each try (a training call changes its state); the last one's copy may
+        # be held by a reference cycle (fp64_copy's memo): one such model at a time
+        gc.collect()
+        anew = fp64_copy(set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device)))
+        torch.manual_seed(ctx.seed_for(f"G09/mode/{k}"))  # building seeds the generator: draw anew
+        return as_outputs(anew(*base))
+
     runs = []
-    try:  # in the modes as built, twice, each a model built for it (a training call changes its state)
+    try:  # in the modes as built, twice
         for k in range(2):
             ctx.oracle.check_budget()
-            anew = None  # one such model at a time
-            anew = fp64_copy(set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device)))
-            torch.manual_seed(ctx.seed_for(f"G09/mode/{k}"))  # building seeds the generator: draw anew
-            runs.append(as_outputs(anew(*base)))
-        anew = None
+            runs.append(ctx.oracle.retrying(lambda: mode_run(k), base))  # out of GPU memory: again, built anew
     except Exception as e:  # noqa: BLE001 -- BudgetSpent is a BaseException: it goes on up
+        if memory_wait.is_oom(e):  # the audit's neighbours, not the reference: not a reason to leave it out
+            raise
         left_out.append(f"training mode (the reference raised there: {type(e).__name__}: {str(e)[:160]})")
         return
     if all(not isinstance(a, torch.Tensor) or a.shape != b.shape or not _any_moved(a, b) for a, b in zip(*runs)):
@@ -140,21 +156,31 @@ def _oracle_runs(ctx: Context, job: dict, left_out: list):
             m = set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device))
             torch.manual_seed(ctx.seed_for("G09/mode/0"))
             return m
-        yield MODE_RUN, (runs[0], _reference_run(built, low))  # no budget check: optional, one fp32 call
+        # no budget check: one fp32 call (and its retries, which the deadline bounds)
+        yield MODE_RUN, (runs[0], _reference_run(built, low, ctx.oracle.retrying))
     else:
         left_out.append("training mode (the reference's output there differs between two calls: dropout)")
 
 
-def _reference_run(model, inputs: list) -> list | None:
+def _reference_run(model, inputs: list, retrying=None) -> list | None:
     """The outputs of ``model()`` (the reference at its own dtype, or a function building it) on
     copies of ``inputs`` (a reference writing its inputs would change them for the next run),
     moved to the host at once (the GPU holds what it held before: the fp64 outputs); None where it
-    raises: no measure of its rounding, the move alone decides there (_slack)."""
-    try:
+    raises: no measure of its rounding, the move alone decides there (_slack). Not for running out
+    of GPU memory where waiting may mend it (memory_wait.is_oom; a size past the whole GPU still
+    gives None): that is an audit's neighbours, not the reference, and a missing measure can make
+    G09 FAIL where the reference's own rounding explains the move; the call runs again through
+    ``retrying`` (Oracle.retrying: a pause, the same model, fresh copies) and, where it still runs
+    out, the error is raised (the gate is ERROR; kverify audit runs such a row again alone)."""
+    def once() -> list:
         m = model()
         ins = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         return [t.cpu() if isinstance(t, torch.Tensor) else t for t in as_outputs(m(*ins))]
-    except Exception:  # noqa: BLE001
+    try:
+        return once() if retrying is None else retrying(once)
+    except Exception as e:  # noqa: BLE001
+        if memory_wait.is_oom(e):
+            raise
         return None
 
 
@@ -171,7 +197,8 @@ def _slack(ob: torch.Tensor, rb, op: torch.Tensor, rp) -> torch.Tensor | None:
     if not _slack_applies(ob, rb, op, rp):
         return None
     dev = ob.device
-    f = [t.detach().reshape(-1).to(dev, torch.complex128 if t.is_complex() else torch.float64) for t in (ob, rb, op, rp)]
+    f = [t.detach().reshape(-1).to(dev, torch.complex128 if t.is_complex() else torch.float64)
+         for t in (ob, rb, op, rp)]
     return (f[1] - f[0]).abs() + (f[3] - f[2]).abs()
 
 
@@ -247,9 +274,9 @@ def _misses(rb: torch.Tensor, rp: torch.Tensor, lb, lp, cb: torch.Tensor, cp: to
     the reference's at its own dtype (or None, _slack); ``cb``, ``cp``: the candidate's, of
     ``rb``'s shape; ``rms``: _rms(rb) when the caller has it (the same for every perturbation of
     this output: judge computes it once), else computed here. Computed in CHUNK-element pieces
-    on the oracle's device (the GPU in an audit): at most a few hundred MiB at a time whatever the output's size (stop 28, H200: two
-    rows with 130M- and 268M-element outputs, judged in fp64 on the host in one piece, spent
-    their whole check budget and more in this judgement)."""
+    on the oracle's device (the GPU in an audit): at most a few hundred MiB at a time whatever
+    the output's size (stop 28, H200: two rows with 130M- and 268M-element outputs, judged in
+    fp64 on the host in one piece, spent their whole check budget and more in this judgement)."""
     dev = rb.device
     slack = _slack_applies(rb, lb, rp, lp)
     flat = [None if t is None else t.detach().reshape(-1) for t in (rb, rp, lb, lp, cb, cp)]
