@@ -684,7 +684,7 @@ def host_peak_note(report: dict | None) -> str:
     """", host N.N GiB" from a report's meta.host_peak_mib (the check process's peak resident
     memory, kverify.check.host_peak_mib) and ", own GPU N.N GiB" from meta.gpu_peak_mib (its peak
     GPU memory, kverify.check.gpu_peak_mib) for the audit's log line, "" for what it lacks; and
-    ", N memory wait(s)" where oracle runs of the check ran again after running out of GPU memory
+    ", N memory wait(s)" where oracle or reference runs of the check ran again after running out of GPU memory
     (meta.memory_waits, kverify._internal.memory_wait)."""
     meta = (report or {}).get("meta") or {}
     note = "".join(f", {label} {meta[key] / 1024:.1f} GiB" for key, label in

@@ -539,6 +539,11 @@ def fp64_copy(model: torch.nn.Module) -> torch.nn.Module:
         return g
 
     each_attribute(conv)
+    # to_copy, conv and rebind close over each other (a cycle only the garbage collector frees):
+    # empty what they hold, or memo's fp32 copies of the buffers would stay until it runs
+    memo.clear()
+    now.clear()
+    done.clear()
     return m
 
 

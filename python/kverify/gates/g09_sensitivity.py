@@ -134,8 +134,8 @@ def _oracle_runs(ctx: Context, job: dict, left_out: list):
         o = r = None
 
     def mode_run(k: int) -> list:
-        # a model built for each try (a training call changes its state); the last one's copy may
-        # be held by a reference cycle (fp64_copy's memo): one such model at a time
+        # a model built for each try (a training call changes its state); the last one may hold a
+        # reference cycle (a function attribute closing over its module): one such model at a time
         gc.collect()
         anew = fp64_copy(set_built_modes(ctx.problem.reference_model(ctx.oracle.seed, ctx.oracle.device)))
         torch.manual_seed(ctx.seed_for(f"G09/mode/{k}"))  # building seeds the generator: draw anew
