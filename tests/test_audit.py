@@ -389,6 +389,31 @@ def test_oom_where_names_the_part_that_ran_out_of_memory():
     assert oom_where({"gates": [{"gate": "G02", "summary": "fine"}], "standard": {}}, "") == ""
 
 
+def test_oom_detail_says_what_the_part_that_ran_out_of_memory_said():
+    """The audit log's line about a row set aside quotes it (stop 31: three rows set aside in G05,
+    and the log could not say whether the oracle's planning or the candidate ran out)."""
+    from kverify.audit import oom_detail
+
+    rep = {"gates": [{"gate": "G02", "summary": "normwise err 1e-3 vs bound 1e-6"},
+                     {"gate": "G05", "summary": "ran out of memory while planning:\n  CUDA out of memory. Tried"}],
+           "standard": {"summary": "trial 0: raised OutOfMemoryError"}}
+    assert oom_detail(rep, "") == "ran out of memory while planning: CUDA out of memory. Tried"
+    assert oom_detail(rep, "CUDA out of memory in the reference\n  while planning") == \
+        "CUDA out of memory in the reference while planning"
+    assert oom_detail({"gates": [], "standard": {"summary": "trial 0: raised OutOfMemoryError"}}, "") == \
+        "trial 0: raised OutOfMemoryError"
+    long = "crash: CUDA error: out of memory " + "x" * 300
+    said = oom_detail({"gates": [{"gate": "G05", "summary": long}]}, "")
+    assert len(said) == 200 and said.endswith("...") and said.startswith("crash: CUDA error: out of memory")
+    exact = "out of memory " + "x" * 186
+    assert oom_detail({"gates": [{"gate": "G05", "summary": exact}]}, "") == exact  # at the limit: whole
+    # the mark only in the evidence: nothing to quote; nothing out of memory: nothing either
+    assert oom_detail({"gates": [{"gate": "G05", "summary": "3 variants", "evidence": {"v": "CUDA out of memory"}}]},
+                      "") == ""
+    assert oom_detail({"gates": [{"gate": "G05", "evidence": {"v": "CUDA out of memory"}}]}, "") == ""
+    assert oom_detail({"gates": [{"gate": "G02", "summary": "fine"}]}, "") == ""
+
+
 def test_a_check_starts_on_a_gpu_only_when_it_has_room():
     """gpu_with_room: an idle GPU always has room; a busy one needs ``need`` MiB both unbooked by
     its running checks (total - their needs) and free beyond what its checks started in the last

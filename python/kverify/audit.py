@@ -546,6 +546,27 @@ def oom_where(report: dict | None, reason: str) -> str:
     return ",".join(where)
 
 
+def oom_detail(report: dict | None, reason: str, limit: int = 200) -> str:
+    """What the first part oom_where names says (the reason, else that gate's or the standard
+    test's summary), on one line and cut to ``limit`` characters, for the audit log's line about a
+    row set aside: whether the check's own oracle run (G05's planning: "ran out of memory while
+    planning") or the candidate's worker ran out. "" when nothing ran out of memory, or when the
+    part's summary does not say so itself (the mark only in its evidence: nothing to tell)."""
+    where = oom_where(report, reason).split(",")[0]
+    if where == "reason":
+        text = reason
+    elif where == "standard":
+        std = (report or {}).get("standard")
+        text = std.get("summary") if isinstance(std, dict) else ""
+    else:
+        text = next((g.get("summary") for g in (report or {}).get("gates", [])
+                     if isinstance(g, dict) and g.get("gate") == where), "")
+    text = " ".join(str(text or "").split())
+    if not memory_wait.says_oom(text):
+        return ""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def pick_gpu(gpus: list[str] | None, busy: list[str | None]) -> str | None:
     """The GPU of ``gpus`` with the fewest entries in ``busy`` (the GPUs of the running processes
     of one stage), the first such in order; None when there is no GPU to choose from."""
@@ -1074,9 +1095,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
                         waiting["alone"].append(row)  # serially this time
                         on = f" on GPU {gpu_used}" if gpu_used is not None else ""
-                        log(f"out of GPU memory ({where}) with the GPU to itself{on}, to run again serially: {row['id']}"
-                            if whole_run else f"out of GPU memory ({where}) beside other checks{on}, to run again "
-                            f"alone once a GPU is empty: {row['id']}")
+                        said = oom_detail(report, reason)  # the oracle's run or the candidate's
+                        log((f"out of GPU memory ({where}) with the GPU to itself{on}, to run again serially: {row['id']}"
+                             if whole_run else f"out of GPU memory ({where}) beside other checks{on}, to run again "
+                             f"alone once a GPU is empty: {row['id']}") + (f"  ({said})" if said else ""))
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,
                            note=f"[check {seconds:.0f}s, cpu {cpu:.0f}s{host_peak_note(report)}"
