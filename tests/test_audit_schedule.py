@@ -305,6 +305,45 @@ def test_host_memory_bounds_what_runs_at_once_on_a_gpu_audit_and_every_row_still
         assert ("check", "r7") not in live or live == {("check", "r7")}, live
 
 
+# (row, input + output + parameter GiB as its build logged them, its check process's peak GiB,
+# meta.host_peak_mib): H200 audits, stops 29-32 (results/audit/logs/h200_stop{29,31,32}/); the rows of
+# the highest peak per GiB, and every row of 1 GiB or more above 9 GiB
+MEASURED_HOST_PEAKS = [
+    ("yenhao/ralph_qwen36_cuda_all_gpu1_server_isolated/L2/P52", 0.73, 15.5),
+    ("cudal1/3090/L1/T77", 0.56, 10.1),
+    ("cudal1/a100/L1/T72", 1.06, 14.5),
+    ("kbleaderboard/llama-3.1-70b/L1/P9", 1.00, 12.1),
+    ("yenhao/openrouter_deepseek_v4_pro_leaderboard_l2/L2/P90", 1.89, 10.9),
+    ("technoabsurdist/opus4_level2_20250903_065424/L2/P26", 2.06, 9.3),
+    ("yenhao/ralph_gemma4_cuda_all/L1/P64", 4.00, 19.2),
+    ("technoabsurdist/gemini_level3_run/L3/P17", 4.09, 26.5),
+    ("technoabsurdist/gemini_level1_run/L1/P7", 4.02, 33.2),
+    ("technoabsurdist/gemini_level1_run/L1/P97", 5.00, 9.4),
+    # stop 28 (before stop 30's fp64_copy fix), the highest peak on record; its outputs' size from
+    # the reference run on meta tensors (the log of its build predates the outputs field)
+    ("technoabsurdist/gemini_level2_run/L2/P19", 4.03, 47.6),
+]
+
+
+@pytest.mark.parametrize("row,gib,peak", MEASURED_HOST_PEAKS)
+def test_a_checks_expected_host_memory_covers_what_such_rows_took_on_the_h200(row, gib, peak):
+    """The guard's estimate (host_need_mib) is at least what the check process of each of these
+    rows held at its peak (workers not counted: the base HOST_CHECK_GIB is for them)."""
+    assert audit.host_need_mib("check", int(gib * GIB)) >= peak * 1024, row
+
+
+def test_two_rows_of_4_gib_may_run_at_once_on_a_126_gib_host():
+    """Stop 32, calls 1-2: under a flat 20x, rows of 4 GiB (inputs + outputs) were expected at
+    86-95 GiB, so one just started held every other start back for 90 s (110-120 of 126 GiB
+    available, mostly 2-3 checks running of 6) while they took 5.2-33 GiB. Beyond 1 GiB the estimate
+    grows at HOST_LARGE_FACTOR: one such row just started leaves room for a second."""
+    four = audit.host_need_mib("check", 4 * GIB)
+    assert four == (6 + 20 + 8 * 3) * 1024
+    assert audit.host_need_mib("check", GIB // 2) == (6 + 10) * 1024  # under the knee: as before
+    assert audit.host_room(four, [four], (120 * 1024, 126 * 1024))
+    assert not audit.host_room(four, [four, four], (120 * 1024, 126 * 1024))
+
+
 def _live_sets(trace):
     """The (kind, row id) of the processes running after each event of ``trace``."""
     live = set()
