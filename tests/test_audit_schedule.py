@@ -333,7 +333,7 @@ def test_a_checks_expected_host_memory_covers_what_such_rows_took_on_the_h200(ro
 
 
 def test_two_rows_of_4_gib_may_run_at_once_on_a_126_gib_host():
-    """Stop 32, calls 1-2: under a flat 20x, rows of 4 GiB (inputs + outputs) were expected at
+    """Stop 32, calls 1-2: under a flat 20x, rows of 4 GiB (inputs, outputs, parameters) were expected at
     86-95 GiB, so one just started held every other start back for 90 s (110-120 of 126 GiB
     available, mostly 2-3 checks running of 6) while they took 5.2-33 GiB. Beyond 1 GiB the estimate
     grows at HOST_LARGE_FACTOR: one such row just started leaves room for a second."""
