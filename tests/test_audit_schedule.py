@@ -53,7 +53,7 @@ class World:
         for p in done:
             s = self.spec[p.row["id"]]
             if p.kind == "build":
-                res = ["ok", "", 1.0, s["inputs"], 0, 0, 0.0]
+                res = ["ok", "", 1.0, s["inputs"], 0, s["outputs"], 0.0]
             elif s["oom_first"] and p.row["id"] not in self.oomed and not p.serial:
                 self.oomed.add(p.row["id"])
                 res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0]
@@ -90,19 +90,21 @@ class FakeProcess:
 
 
 def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None,
-        opts=None, host_total=None, ramp_s=0.0, external=0):
-    """``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
+        opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8):
+    """Rows r0..r{n-1}: 1 MiB of inputs, 8 GiB for those in ``big``; no outputs, ``out_gib`` GiB
+    for those in ``big_out``. ``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
     it (kverify.audit.host_need_mib), growing to it over its first ``ramp_s`` seconds, until its
     end, and ``external`` MiB held by something else all along; the world's ``peak_host`` is the
     most the audit took at once. Without it, no host memory reading (nothing held back)."""
     rnd = random.Random(seed)
-    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
+    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "outputs": out_gib * GIB if i in big_out else 0,
+                      "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
             for i in range(n)}
     w = World(spec)
 
     def taken():
         return sum((audit.host_need_mib("build") if p.kind == "build" else
-                    audit.host_need_mib("check", spec[p.row["id"]]["inputs"]))
+                    audit.host_need_mib("check", spec[p.row["id"]]["inputs"], 0, spec[p.row["id"]]["outputs"]))
                    * (min(1.0, (w.now - p.t0) / ramp_s) if ramp_s else 1.0) for p in w.procs.values())
     w.external = external
     if host_total:
@@ -297,51 +299,59 @@ def test_host_memory_bounds_what_runs_at_once_on_a_gpu_audit_and_every_row_still
     w = run(monkeypatch, 40, gpus, 8, 6, 8, opts={"device": "cuda"}, **kw)
     assert w.peak_host <= budget
     assert max(sum(1 for k, _ in live if k == "check") for live in _live_sets(w.trace)) >= 3  # not one at a time
-    big = run(monkeypatch, 20, gpus, 8, 6, 8, big={7}, opts={"device": "cuda"}, **kw)
-    assert audit.host_need_mib("check", 8 * GIB) > total
+    big = run(monkeypatch, 20, gpus, 8, 6, 8, big={7}, big_out={7}, opts={"device": "cuda"}, **kw)
+    assert audit.host_need_mib("check", 8 * GIB, 0, 8 * GIB) > total
     r7 = [x for x in big.trace if x[3] == "r7" and x[2] == "check"]
     assert len(r7) == 2  # started and ended (every row is recorded: run())
     for live in _live_sets(big.trace):
         assert ("check", "r7") not in live or live == {("check", "r7")}, live
 
 
-# (row, input + output + parameter GiB as its build logged them, its check process's peak GiB,
-# meta.host_peak_mib): H200 audits, stops 29-32 (results/audit/logs/h200_stop{29,31,32}/); the rows of
-# the highest peak per GiB, and every row of 1 GiB or more above 9 GiB
+# (row, input + parameter GiB and output GiB as its build logged them, its check process's peak GiB,
+# meta.host_peak_mib): H200 audits, stops 29-33 (results/audit/logs/h200_stop{29,31,32,33}/); the
+# rows of the highest peak per output GiB, and every row of 1 GiB or more above 9 GiB
 MEASURED_HOST_PEAKS = [
-    ("yenhao/ralph_qwen36_cuda_all_gpu1_server_isolated/L2/P52", 0.73, 15.5),
-    ("cudal1/3090/L1/T77", 0.56, 10.1),
-    ("cudal1/a100/L1/T72", 1.06, 14.5),
-    ("kbleaderboard/llama-3.1-70b/L1/P9", 1.00, 12.1),
-    ("yenhao/openrouter_deepseek_v4_pro_leaderboard_l2/L2/P90", 1.89, 10.9),
-    ("technoabsurdist/opus4_level2_20250903_065424/L2/P26", 2.06, 9.3),
-    ("yenhao/ralph_gemma4_cuda_all/L1/P64", 4.00, 19.2),
-    ("technoabsurdist/gemini_level3_run/L3/P17", 4.09, 26.5),
-    ("technoabsurdist/gemini_level1_run/L1/P7", 4.02, 33.2),
-    ("technoabsurdist/gemini_level1_run/L1/P97", 5.00, 9.4),
+    ("yenhao/ralph_codex_cuda_all/L2/P87", 0.25, 1.97, 45.0),
+    ("yenhao/ralph_qwen36_cuda_all_gpu1_server_isolated/L2/P52", 0.25, 0.48, 15.5),
+    ("cudal1/h20/L3/T17", 0.01, 0.24, 9.0),
+    ("cudal1/3090/L1/T77", 0.03, 0.53, 10.1),
+    ("cudal1/a100/L1/T72", 0.06, 1.00, 14.5),
+    ("kbleaderboard/llama-3.1-70b/L1/P9", 0.00, 1.00, 12.1),
+    ("yenhao/ralph_codex_cuda_all/L2/P38", 0.50, 1.00, 13.1),
+    ("yenhao/openrouter_deepseek_v4_pro_leaderboard_l2/L2/P90", 0.25, 1.64, 10.9),
+    ("technoabsurdist/opus4_level2_20250903_065424/L2/P26", 1.06, 1.00, 9.3),
+    ("yenhao/ralph_gemma4_cuda_all/L1/P64", 2.00, 2.00, 19.2),
+    ("technoabsurdist/gemini_level3_run/L3/P17", 0.09, 4.00, 26.5),
+    ("technoabsurdist/gemini_level1_run/L1/P7", 0.02, 4.00, 33.2),
+    ("technoabsurdist/gemini_level1_run/L1/P97", 3.00, 2.00, 9.4),
+    ("technoabsurdist/gemini_level1_run/L1/P43", 4.00, 0.45, 7.7),
+    ("yenhao/ralph_gemma4_cuda_all/L2/P56", 4.02, 0.00, 5.2),
     # stop 28 (before stop 30's fp64_copy fix), the highest peak on record; its outputs' size from
     # the reference run on meta tensors (the log of its build predates the outputs field)
-    ("technoabsurdist/gemini_level2_run/L2/P19", 4.03, 47.6),
+    ("technoabsurdist/gemini_level2_run/L2/P19", 2.00, 2.03, 47.6),
 ]
 
 
-@pytest.mark.parametrize("row,gib,peak", MEASURED_HOST_PEAKS)
-def test_a_checks_expected_host_memory_covers_what_such_rows_took_on_the_h200(row, gib, peak):
+@pytest.mark.parametrize("row,gib_in,gib_out,peak", MEASURED_HOST_PEAKS)
+def test_a_checks_expected_host_memory_covers_what_such_rows_took_on_the_h200(row, gib_in, gib_out, peak):
     """The guard's estimate (host_need_mib) is at least what the check process of each of these
-    rows held at its peak (workers not counted: the base HOST_CHECK_GIB is for them)."""
-    assert audit.host_need_mib("check", int(gib * GIB)) >= peak * 1024, row
+    rows held at its peak (workers not counted: the base HOST_CHECK_GIB is for them). Stop 33:
+    P87 took 45.0 GiB where stop 32's rule (20x inputs + outputs + parameters up to 1 GiB, 8x
+    beyond) expected 36."""
+    assert audit.host_need_mib("check", int(gib_in * GIB), 0, int(gib_out * GIB)) >= peak * 1024, row
 
 
-def test_two_rows_of_4_gib_may_run_at_once_on_a_126_gib_host():
-    """Stop 32, calls 1-2: under a flat 20x, rows of 4 GiB (inputs, outputs, parameters) were expected at
-    86-95 GiB, so one just started held every other start back for 90 s (110-120 of 126 GiB
-    available, mostly 2-3 checks running of 6) while they took 5.2-33 GiB. Beyond 1 GiB the estimate
-    grows at HOST_LARGE_FACTOR: one such row just started leaves room for a second."""
-    four = audit.host_need_mib("check", 4 * GIB)
-    assert four == (6 + 20 + 8 * 3) * 1024
-    assert audit.host_need_mib("check", GIB // 2) == (6 + 10) * 1024  # under the knee: as before
-    assert audit.host_room(four, [four], (120 * 1024, 126 * 1024))
-    assert not audit.host_room(four, [four, four], (120 * 1024, 126 * 1024))
+def test_host_memory_is_expected_of_a_checks_outputs_more_than_of_its_inputs():
+    """Stops 29-33: 4 GiB of inputs or parameters took 5.2-7.7 GiB (gemini_level1_run/L1/P43,
+    ralph_gemma4_cuda_all/L2/P56), 4 GiB of outputs 26.5-33.2 GiB, 2 GiB of outputs up to 45 GiB.
+    Two rows of 4 GiB of inputs just started leave room for a third on a 126 GiB host with 120
+    GiB available; two of 4 GiB of outputs do not leave room for each other."""
+    ins = audit.host_need_mib("check", 4 * GIB)
+    outs = audit.host_need_mib("check", 0, 0, 4 * GIB)
+    assert audit.host_need_mib("check", 0, 4 * GIB) == ins  # parameters count as inputs
+    assert ins < 20 * 1024 < 45 * 1024 < audit.host_need_mib("check", 0, 0, 2 * GIB) < outs
+    assert audit.host_room(ins, [ins, ins], (120 * 1024, 126 * 1024))
+    assert not audit.host_room(outs, [outs], (120 * 1024, 126 * 1024))
 
 
 def _live_sets(trace):
@@ -354,11 +364,11 @@ def _live_sets(trace):
 
 @pytest.mark.parametrize("external", [0, 40 * 1024])
 def test_a_row_waiting_for_host_memory_is_not_passed_by_smaller_ones_for_ever(monkeypatch, external):
-    """Review of stop 26: a row booked for a whole GPU (r3, 8 GiB of inputs: more host memory
-    expected than a 256 GiB host gives) waited on its emptied GPU while the checks on the other
+    """Review of stop 26: a row booked for a whole GPU (r3 here: 8 GiB of inputs and 24 of
+    outputs, expected at more host memory than this host has free while anything else runs) waited on its emptied GPU while the checks on the other
     GPU took every GiB that freed: it started at 1163 s of a 1289 s run, its GPU idle ~950 s. A
     check that waits for memory now holds every later start back until it starts."""
-    w = run(monkeypatch, 60, ["0", "1"], 8, 10, 8, big={3}, check_s=(100, 200), opts={"device": "cuda"},
+    w = run(monkeypatch, 60, ["0", "1"], 8, 10, 8, big={3}, big_out={3}, out_gib=24, check_s=(100, 200), opts={"device": "cuda"},
             host_total=256 * 1024, external=external)
     end = max(t for t, *_ in w.trace)
     r3 = min(t for t, ev, kind, rid, *_ in w.trace if ev == "start" and kind == "check" and rid == "r3")

@@ -676,28 +676,25 @@ def next_fitting(queue: list[tuple[int, float]], fits, look: int = 8,
 #: re-run alone among them: it is not passed for ever by smaller ones).
 HOST_RESERVE = 0.1
 #: Expected host memory of one check (its ~9 processes each hold a CUDA context, torch, the inputs,
-#: outputs and fp64 oracle copies on the host): a base plus HOST_INPUT_FACTOR x its problem's input,
-#: output and parameter bytes (from its build) up to HOST_INPUT_KNEE_GIB of them, HOST_LARGE_FACTOR x
-#: the bytes beyond; of one build (compilers, then the warm-up call at the problem's shape). First
-#: guesses from stop 26's totals (~15 GiB per check there): HOST_CHECK_GIB and HOST_INPUT_FACTOR.
-#: The knee, from the H200 audits of stops 29-32 (results/audit/NOTES.md, stop 32): over the 197
-#: journalled rows whose build logged their sizes, no check process's peak (meta.host_peak_mib)
-#: exceeded 6 GiB + 20x up to 1 GiB + 8x beyond (the closest: 0.75 of it). Per GiB, the peak is
-#: highest for rows of 0.25-1.06 GiB (up to 21x: 15.5 GiB at 0.73 GiB), under 0.25 GiB the base
-#: covers it (at most 5.9 GiB), and the 12 rows above 1.1 GiB took 1.3-8.3x (rows of 4-5 GiB
-#: 5.2-33 GiB, against 86-106 GiB expected under a flat 20x). The highest peak on record, stop
-#: 28's gemini_level2_run/L2/P19 (2 GiB of inputs, 2.03 of outputs; before stop 30's fp64_copy
-#: fix), 47.6 GiB, is 0.95 of it, its workers not counted: a thin margin, left so that two rows
-#: of 4 GiB may run at once. In the ~196 proc_sample.sh samples where the checks running were
-#: expected at 15 GiB or more, the whole machine used at most 0.76-0.87 of what this estimate
-#: gives them and the builds (median 0.29; the range: as the samples are aligned with the log,
-#: whose clock starts a few seconds after the sampler's; samples 15 s apart miss short peaks).
-#: The flat 20x held the 4 GiB rows back for minutes with 110-120 of 126 GiB free (stop 32,
-#: calls 1-2: mostly 2-3 checks running of 6).
+#: outputs and fp64 oracle copies on the host): a base, plus HOST_OUTPUT_FACTOR x the bytes of its
+#: problem's outputs up to HOST_OUTPUT_KNEE_GIB of them and HOST_LARGE_FACTOR x those beyond, plus
+#: HOST_INPUT_FACTOR x its input and parameter bytes (all from its build); of one build (compilers,
+#: then the warm-up call at the problem's shape). Fitted on the H200 audits of stops 29-33
+#: (results/audit/NOTES.md, stop 33): over the 262 journalled rows whose build logged their sizes,
+#: a check process's peak (meta.host_peak_mib) follows its outputs, not its inputs: up to ~20x the
+#: output bytes above the base (yenhao/ralph_codex_cuda_all/L2/P87, 0.25 GiB in, 1.97 out: 45.0
+#: GiB; ralph_qwen36.../L2/P52, 0.48 out: 15.5), 5-7x at 4 GiB of outputs (gemini_level1_run/L1/P7
+#: 33.2, gemini_level3_run/L3/P17 26.5), while 4 GiB of inputs or parameters took 5.2-7.7 GiB
+#: (gemini_level1_run/L1/P43, ralph_gemma4_cuda_all/L2/P56). Every one of the 262 is covered (the
+#: closest: P87 and P52 at 0.90), and so is stop 28's gemini_level2_run/L2/P19 (2 GiB in, 2.03
+#: out, 47.6 GiB before stop 30's fp64_copy fix: 0.84). Stop 32's rule (20x inputs + outputs +
+#: parameters up to 1 GiB, 8x beyond) expected 36 GiB of P87 (1.26 of it taken: an under-estimate,
+#: no process killed) and ~50 GiB of those rows of 4 GiB of inputs or parameters.
 HOST_CHECK_GIB = 6.0
-HOST_INPUT_FACTOR = 20
-HOST_INPUT_KNEE_GIB = 1.0
+HOST_OUTPUT_FACTOR = 22
+HOST_OUTPUT_KNEE_GIB = 2.0
 HOST_LARGE_FACTOR = 8
+HOST_INPUT_FACTOR = 3
 HOST_BUILD_GIB = 3.0
 #: A process's memory grows over its first ~minute (the check's workers start, import torch and
 #: load the candidate; stop 26 call 2: 14 -> 106 GiB in the first 64 s): until then its whole
@@ -732,16 +729,17 @@ def host_peak_note(report: dict | None) -> str:
     return note + (f", {n} memory wait(s)" if n else "")
 
 
-def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0) -> int:
+def host_need_mib(kind: str, input_bytes: int = 0, param_bytes: int = 0, output_bytes: int = 0) -> int:
     """Expected host memory (MiB) of a ``kind`` ("build" or "check") process: HOST_BUILD_GIB for a
-    build; for a check HOST_CHECK_GIB plus HOST_INPUT_FACTOR x ``input_bytes`` + ``param_bytes`` up to
-    HOST_INPUT_KNEE_GIB and HOST_LARGE_FACTOR x the bytes beyond (the audit passes the row's input and
-    output bytes as ``input_bytes``)."""
+    build; for a check HOST_CHECK_GIB, plus HOST_OUTPUT_FACTOR x ``output_bytes`` up to
+    HOST_OUTPUT_KNEE_GIB and HOST_LARGE_FACTOR x the output bytes beyond, plus HOST_INPUT_FACTOR x
+    ``input_bytes`` + ``param_bytes`` (the sizes a build measures: Precompiled)."""
     if kind == "build":
         return int(HOST_BUILD_GIB * 1024)
-    mib = (input_bytes + param_bytes) / 2**20
-    knee = HOST_INPUT_KNEE_GIB * 1024
-    return int(HOST_CHECK_GIB * 1024 + HOST_INPUT_FACTOR * min(mib, knee) + HOST_LARGE_FACTOR * max(mib - knee, 0.0))
+    out = output_bytes / 2**20
+    knee = HOST_OUTPUT_KNEE_GIB * 1024
+    return int(HOST_CHECK_GIB * 1024 + HOST_OUTPUT_FACTOR * min(out, knee) + HOST_LARGE_FACTOR * max(out - knee, 0.0)
+               + HOST_INPUT_FACTOR * (input_bytes + param_bytes) / 2**20)
 
 
 def host_room(need: int, ramping: list[int], mem: tuple[int, int] | None) -> bool:
@@ -1095,7 +1093,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     status, error, seconds, input_bytes, param_bytes, output_bytes, cpu = res
                     # outputs held like inputs (each worker, the oracle's fp64 copies): counted with them
                     need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes))
-                    host_of[row["id"]] = host_need_mib("check", input_bytes + output_bytes, param_bytes)
+                    host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes, output_bytes)
                     if status in ("compile_error", "fault"):  # fault: the machine's (kverify.build.failed_build)
                         record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:

@@ -571,7 +571,7 @@ def host_peak_mib() -> int:
     """Peak resident memory of this process so far, MiB (getrusage ru_maxrss, KiB on Linux): in an
     audit each check has a process of its own, so its report's meta.host_peak_mib is what that
     check held at most (the workers not counted) - the figure kverify.audit's host-memory guard
-    (HOST_CHECK_GIB, HOST_INPUT_FACTOR, HOST_LARGE_FACTOR) is calibrated against. In a process that runs several
+    (HOST_CHECK_GIB, HOST_OUTPUT_FACTOR, HOST_INPUT_FACTOR, ...) is calibrated against. In a process that runs several
     checks (``kverify controls``, ``kverify demo``) it is that process's peak so far, not the
     check's. 0 where getrusage is missing."""
     try:
