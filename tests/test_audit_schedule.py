@@ -19,7 +19,7 @@ class World:
     """Fake processes, clock and nvidia-smi for one _pipeline run."""
 
     def __init__(self, spec):
-        self.spec = spec  # row id -> {"inputs": bytes, "check_s": s, "oom_first": bool}
+        self.spec = spec  # row id -> {"inputs": bytes, "outputs": bytes, "params": bytes, "check_s": s, "oom_first": bool}
         self.now = 0.0
         self.procs = {}
         self.ids = itertools.count(1000)
@@ -53,7 +53,7 @@ class World:
         for p in done:
             s = self.spec[p.row["id"]]
             if p.kind == "build":
-                res = ["ok", "", 1.0, s["inputs"], 0, s["outputs"], 0.0]
+                res = ["ok", "", 1.0, s["inputs"], s["params"], s["outputs"], 0.0]
             elif s["oom_first"] and p.row["id"] not in self.oomed and not p.serial:
                 self.oomed.add(p.row["id"])
                 res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0]
@@ -90,14 +90,14 @@ class FakeProcess:
 
 
 def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None,
-        opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8):
+        opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8, params=0):
     """Rows r0..r{n-1}: 1 MiB of inputs, 8 GiB for those in ``big``; no outputs, ``out_gib`` GiB
-    for those in ``big_out``. ``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
+    for those in ``big_out``; ``params`` bytes of parameters each. ``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
     it (kverify.audit.host_need_mib), growing to it over its first ``ramp_s`` seconds, until its
     end, and ``external`` MiB held by something else all along; the world's ``peak_host`` is the
     most the audit took at once. Without it, no host memory reading (nothing held back)."""
     rnd = random.Random(seed)
-    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "outputs": out_gib * GIB if i in big_out else 0,
+    spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "outputs": out_gib * GIB if i in big_out else 0, "params": params,
                       "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
             for i in range(n)}
     w = World(spec)
@@ -309,7 +309,8 @@ def test_host_memory_bounds_what_runs_at_once_on_a_gpu_audit_and_every_row_still
 
 # (row, input + parameter GiB and output GiB as its build logged them, its check process's peak GiB,
 # meta.host_peak_mib): H200 audits, stops 29-33 (results/audit/logs/h200_stop{29,31,32,33}/); the
-# rows of the highest peak per output GiB, and every row of 1 GiB or more above 9 GiB
+# rows of the highest peak per output GiB, every row of 1 GiB or more above 9 GiB, and the rows of
+# 4 GiB of inputs or parameters
 MEASURED_HOST_PEAKS = [
     ("yenhao/ralph_codex_cuda_all/L2/P87", 0.25, 1.97, 45.0),
     ("yenhao/ralph_qwen36_cuda_all_gpu1_server_isolated/L2/P52", 0.25, 0.48, 15.5),
@@ -324,6 +325,10 @@ MEASURED_HOST_PEAKS = [
     ("technoabsurdist/gemini_level3_run/L3/P17", 0.09, 4.00, 26.5),
     ("technoabsurdist/gemini_level1_run/L1/P7", 0.02, 4.00, 33.2),
     ("technoabsurdist/gemini_level1_run/L1/P97", 3.00, 2.00, 9.4),
+    ("yenhao/ralph_codex_cuda_all/L1/P68", 0.50, 1.16, 10.3),
+    ("technoabsurdist/gemini_level1_run/L1/P82", 1.00, 0.99, 9.9),
+    ("yenhao/openrouter_deepseek_v4_pro_leaderboard_l1/L1/P82", 1.00, 0.99, 9.6),
+    ("yenhao/ralph_gemma4_cuda_all/L1/P70", 1.27, 0.67, 9.4),
     ("technoabsurdist/gemini_level1_run/L1/P43", 4.00, 0.45, 7.7),
     ("yenhao/ralph_gemma4_cuda_all/L2/P56", 4.02, 0.00, 5.2),
     # stop 28 (before stop 30's fp64_copy fix), the highest peak on record; its outputs' size from
@@ -352,6 +357,20 @@ def test_host_memory_is_expected_of_a_checks_outputs_more_than_of_its_inputs():
     assert ins < 20 * 1024 < 45 * 1024 < audit.host_need_mib("check", 0, 0, 2 * GIB) < outs
     assert audit.host_room(ins, [ins, ins], (120 * 1024, 126 * 1024))
     assert not audit.host_room(outs, [outs], (120 * 1024, 126 * 1024))
+
+
+@pytest.mark.parametrize("out_gib,expected_out", [(3, 3 * GIB), (0, 2**20)])
+def test_the_audit_expects_a_checks_host_memory_of_the_sizes_its_build_measured(monkeypatch, out_gib, expected_out):
+    """The audit passes each row's input, parameter and output bytes, as its build measured them,
+    to host_need_mib in that order; outputs the build could not count (0 bytes) are taken as large
+    as the inputs (1 MiB here), not as none (review of stop 33: every other test passed with the
+    outputs left out or swapped with the parameters)."""
+    calls = []
+    real = audit.host_need_mib
+    monkeypatch.setattr(audit, "host_need_mib", lambda *a: calls.append(a) or real(*a))
+    run(monkeypatch, 3, ["0"], 2, 2, 8, big_out={0, 1, 2}, out_gib=out_gib, params=5 * 2**20,
+        opts={"device": "cuda"})
+    assert calls.count(("check", 2**20, 5 * 2**20, expected_out)) == 3, calls
 
 
 def _live_sets(trace):

@@ -687,7 +687,7 @@ HOST_RESERVE = 0.1
 #: 33.2, gemini_level3_run/L3/P17 26.5), while 4 GiB of inputs or parameters took 5.2-7.7 GiB
 #: (gemini_level1_run/L1/P43, ralph_gemma4_cuda_all/L2/P56). Every one of the 262 is covered (the
 #: closest: P87 and P52 at 0.90), and so is stop 28's gemini_level2_run/L2/P19 (2 GiB in, 2.03
-#: out, 47.6 GiB before stop 30's fp64_copy fix: 0.84). Stop 32's rule (20x inputs + outputs +
+#: out, 47.6 GiB before stop 30's fp64_copy fix: 0.85). Stop 32's rule (20x inputs + outputs +
 #: parameters up to 1 GiB, 8x beyond) expected 36 GiB of P87 (1.26 of it taken: an under-estimate,
 #: no process killed) and ~50 GiB of those rows of 4 GiB of inputs or parameters.
 HOST_CHECK_GIB = 6.0
@@ -1093,7 +1093,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     status, error, seconds, input_bytes, param_bytes, output_bytes, cpu = res
                     # outputs held like inputs (each worker, the oracle's fp64 copies): counted with them
                     need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes))
-                    host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes, output_bytes)
+                    # outputs of 0 bytes: not counted (Problem.output_numel found none on meta
+                    # tensors): as many as the inputs are expected, not none
+                    host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes, output_bytes or input_bytes)
                     if status in ("compile_error", "fault"):  # fault: the machine's (kverify.build.failed_build)
                         record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:
