@@ -115,6 +115,17 @@ if checks:
 if builds:
     print(f"builds: {len(builds)}; median {statistics.median(builds):.0f} s")
 print("out-of-memory deferrals:", text.count("out of GPU memory"))
+# the host-memory guard: its waits, and each check process's peak against what it expected of the
+# row (kverify.audit.host_need_mib, from the sizes its build logged, rounded to 0.01 GiB; outputs
+# of 0.00 as the inputs, as the audit takes uncounted ones): above 1, the estimate was too low
+from kverify.audit import host_need_mib
+sizes = {rid: [float(v) * 2**30 for v in m] for *m, rid in re.findall(
+    r"inputs ([\d.]+) GiB params ([\d.]+) GiB outputs ([\d.]+) GiB need \d+ GiB (\S+)", text)}
+peaks = re.findall(r"^ *[\d.]+s [A-Z_]+ +[\d.]+s (\S+) .*\[check .*, host ([\d.]+) GiB", text, re.M)
+ratios = sorted((float(h) * 1024 / host_need_mib("check", i, p, o or i), rid)
+                for rid, h in peaks if rid in sizes for i, p, o in [sizes[rid]])
+print(f"host memory: {text.count('host memory:')} wait(s);",
+      f"highest check peak / expected {ratios[-1][0]:.2f} ({ratios[-1][1]}) of {len(ratios)}" if ratios else "no peaks")
 PY
 tail -c 600 "$OUT/audit.log"
 echo "total: $(( $(date +%s) - t0 )) s"
