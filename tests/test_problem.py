@@ -393,6 +393,35 @@ def test_set_built_modes_puts_a_model_in_the_modes_it_was_constructed_in():
     assert all(m.training for m in plain.modules())
 
 
+def test_modes_skip_a_frozen_torchscript_submodule():
+    """A candidate that stores a frozen TorchScript copy of itself (audit row cudal1/h20/L3/T24:
+    torch.jit.trace, then optimize_for_inference, in its constructor) has a submodule without a
+    ``training`` flag, whose reading raises AttributeError: its modes are recorded and restored
+    for the others, and the model still runs."""
+    from kverify.problem import BUILT_MODES, remember_modes, set_built_modes
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+            self.eval()
+            self.frozen = torch.jit.optimize_for_inference(torch.jit.trace(
+                torch.nn.Sequential(self.conv, self.bn), torch.randn(1, 3, 8, 8)))
+            self.bn.train()
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+    net = Net()
+    with pytest.raises(AttributeError):  # what the row hit: the flag cannot be read
+        _ = net.frozen.training
+    n = remember_modes(net).eval()
+    assert "frozen" not in n.__dict__[BUILT_MODES] and n.__dict__[BUILT_MODES]["bn"] is True
+    set_built_modes(n)
+    assert not n.training and not n.conv.training and n.bn.training
+    assert n(torch.randn(2, 3, 8, 8)).shape == (2, 4, 6, 6)
+
+
 def test_a_cuda_candidate_on_a_torch_without_cuda_gets_kverifys_reason(monkeypatch):
     """torch without CUDA refuses cuda_sources with "CUDA_HOME environment variable is not set",
     which setting CUDA_HOME does not cure (the trial set it and got the same): the load error says

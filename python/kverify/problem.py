@@ -557,8 +557,11 @@ BUILT_MODES = "_kverify_built_modes"
 
 def remember_modes(model: torch.nn.Module) -> torch.nn.Module:
     """Record on ``model`` (BUILT_MODES, a plain attribute) each submodule's ``training`` flag as
-    constructed, before the gates put it in eval mode; returns ``model``."""
-    model.__dict__[BUILT_MODES] = {name: m.training for name, m in model.named_modules()}
+    constructed, before the gates put it in eval mode; returns ``model``. A submodule without the
+    flag is left out: a frozen TorchScript module (``torch.jit.freeze``/``optimize_for_inference``)
+    has none and raises AttributeError when it is read (audit row cudal1/h20/L3/T24)."""
+    model.__dict__[BUILT_MODES] = {name: m.training for name, m in model.named_modules()
+                                   if hasattr(m, "training")}
     return model
 
 
@@ -569,7 +572,8 @@ def set_built_modes(model: torch.nn.Module) -> torch.nn.Module:
     statistics, whether updated in place or reassigned) that later eval-mode runs must not see."""
     modes = model.__dict__.get(BUILT_MODES, {})
     for name, m in model.named_modules():
-        m.training = modes.get(name, True)
+        if hasattr(m, "training"):  # not a frozen TorchScript module (remember_modes)
+            m.training = modes.get(name, True)
     return model
 
 
