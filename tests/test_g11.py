@@ -69,7 +69,7 @@ def test_kernels_kverify_cannot_name_for_sure_are_all_checked(src, monkeypatch):
     monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
     assert g11.kernel_scope(src) is None
     assert g11._tools(g11.kernel_scope(src)) == list(g11.TOOLS)  # not N/A
-    assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", src)["wrapper"]  # unfiltered
+    assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", src)["wrapper"]  # no own-kernel filter
 
 
 def test_a_kernel_with_an_attribute_is_parsed():
@@ -371,3 +371,60 @@ def test_a_sanitizer_run_can_be_confined_to_a_few_cpus(monkeypatch):
         g11.cpu_cap("racecheck")
     with pytest.raises(UsageError, match="KVERIFY_SANITIZER_CPUS"):  # before any worker starts
         check("x", "r.py", "y", "c.py", device="cpu")
+
+
+#: a candidate whose kernels kverify cannot name for sure (kernel_scope None): it loads CUDA files
+OPAQUE_SRC = CUDA_SRC + "\nfrom torch.utils.cpp_extension import load\nm = load(name='x', sources=['k.cu'])\n"
+
+
+def test_library_kernels_are_left_out_only_where_the_source_does_not_spell_their_word():
+    """library_excludes gives every LIBRARY_KERNELS filter for a source that spells none of their
+    words, and drops each filter whose word the source spells in any case (a kernel the candidate
+    defines could then carry it): the exclusion never reaches a kernel of the candidate's own."""
+    every = [f for f, _ in g11.LIBRARY_KERNELS]
+    assert g11.library_excludes(OPAQUE_SRC) == every and all(f.startswith("kns=") for f in every)
+    assert "kns=nvjet_" in every and "kns=_ZN2at6native" in every  # stop 34's cuBLAS GEMM; PyTorch's own
+    for spelled, dropped in (("__global__ void nvjet_like(float* x)", "kns=nvjet_"),
+                             ("// a CUTLASS-style tile", "kns=cutlass"), ("#include <cublas_v2.h>", "kns=cublas"),
+                             ("namespace at { namespace native {", "kns=_ZN2at6native"),
+                             ("using at::native::foo;", "kns=_ZN2at6native"), ("Ampere_tile", "kns=ampere_")):
+        got = g11.library_excludes(OPAQUE_SRC + "\n" + spelled)
+        assert dropped not in got and len(got) == len(every) - 1, (spelled, got)
+    assert g11.library_excludes(OPAQUE_SRC + "\n# native PyTorch ops") == every  # the word alone names no kernel
+
+
+def test_where_own_kernels_are_not_known_every_kernel_but_the_libraries_is_checked(monkeypatch):
+    """kernel_scope None: racecheck and synccheck get one --kernel-name-exclude per library filter and
+    no --kernel-name (every other kernel checked); memcheck neither; known own kernels: the
+    --kernel-name filters only; KVERIFY_SANITIZE_ALL=1: no filter at all."""
+    monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)
+    assert g11.kernel_scope(OPAQUE_SRC) is None and g11.kernel_scope(CUDA_SRC) is not None
+
+    def options(tool, src, name):
+        w = g11._sanitized_worker(tool, "cs", src)["wrapper"]
+        return [w[i + 1] for i, x in enumerate(w) if x == name]
+    for tool in ("racecheck", "synccheck"):
+        assert options(tool, OPAQUE_SRC, "--kernel-name-exclude") == g11.library_excludes(OPAQUE_SRC) != []
+        assert options(tool, OPAQUE_SRC, "--kernel-name") == []
+        assert options(tool, CUDA_SRC, "--kernel-name-exclude") == []
+        assert options(tool, CUDA_SRC, "--kernel-name") == g11.kernel_filters(CUDA_SRC)
+    assert options("memcheck", OPAQUE_SRC, "--kernel-name-exclude") == options("memcheck", OPAQUE_SRC, "--kernel-name") == []
+    monkeypatch.setenv("KVERIFY_SANITIZE_ALL", "1")
+    assert options("racecheck", OPAQUE_SRC, "--kernel-name-exclude") == []
+
+
+def test_the_evidence_names_the_library_kernels_left_out_and_findings_still_count(monkeypatch, tmp_path):
+    """The racecheck record of a candidate with kernel_scope None says which library kernels were left
+    out (excluded); whatever racecheck still reports is a finding (positive control: a race FAILs)."""
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    race = _log(tmp_path, "race.log", RACE + "\n========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    s, used = _run_start(monkeypatch, OPAQUE_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
+    rec = next(t for t in s["tools"] if t["tool"] == "racecheck")
+    assert rec["excluded"] == g11.library_excludes(OPAQUE_SRC) and rec["kernels"].startswith("every kernel")
+    assert "--kernel-name-exclude" in used["racecheck"] and "--kernel-name-exclude" not in used["memcheck"]
+    assert "excluded" not in next(t for t in s["tools"] if t["tool"] == "memcheck")
+    assert _verdict(s)["verdict"] == "PASS"
+    s, _ = _run_start(monkeypatch, OPAQUE_SRC, lambda tool, w: Outcome("ok", result={}, log=race if tool == "racecheck" else clean))
+    assert _verdict(s)["verdict"] == "FAIL"
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda tool, w: Outcome("ok", result={}, log=clean))
+    assert "excluded" not in next(t for t in s["tools"] if t["tool"] == "racecheck")

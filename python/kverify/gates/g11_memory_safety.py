@@ -14,8 +14,10 @@ own_kernels), through compute-sanitizer's kernel-name filters:
 PyTorch's kernels (cuDNN convolutions above all) made racecheck take up to 2000 CPU seconds and
 time out at 300 s per row on the H200 audit (stop 13), while a race or barrier fault in them is not
 the candidate's. A candidate without kernels of its own: those two N/A. Where kverify cannot be
-sure it found every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) every tool
-checks every kernel. A tool that does not finish within SANITIZER_TIMEOUT is no finding: G11 is then
+sure it found every kernel of the candidate's (kernel_scope: macros, numba, NVRTC, ...) memcheck
+checks every kernel and racecheck and synccheck every kernel but those of the libraries PyTorch calls
+(library_excludes: cuBLAS, CUTLASS, cuDNN, PyTorch's own; on the H200, stop 34, racecheck reported 3
+races inside a cuBLAS GEMM an fp16 nn.Linear launched, for audit row cudal1/a100/L3/T43). A tool that does not finish within SANITIZER_TIMEOUT is no finding: G11 is then
 ERROR (memory safety not established), unless something else failed.
 racecheck runs with PyTorch's cuDNN off (NO_CUDNN_TOOLS): on the H200 (stop 21) racecheck ended
 with "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception" inside cuDNN
@@ -132,6 +134,35 @@ def kernel_filters(source: str) -> list[str]:
     return out + [f"kns={n}" for n in sorted(set(_TRITON_KERNEL.findall(source)))]
 
 
+#: kernel families of the libraries PyTorch calls, which racecheck and synccheck leave out where they
+#: check every kernel (kernel_scope None): (compute-sanitizer ``--kernel-name-exclude`` filter, a
+#: pattern that keeps the filter off when the candidate's source matches it, case aside). kns
+#: matches a substring of a kernel's mangled name (an ``extern "C"`` kernel's plain name), and the
+#: mangled name of a kernel the candidate defines is made of words its source spells, so a filter is
+#: used only where the source does not spell its word: a kernel of the candidate's own is never left
+#: out (short of a macro that pastes the word together from pieces). Names as the tools print them on
+#: the H200 (stops 13-34) and in PyTorch 2.11's CUDA build.
+LIBRARY_KERNELS = (
+    ("kns=nvjet_", r"nvjet"),  # cuBLAS's GEMMs on Hopper: nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_bias_TNT
+    ("kns=xmma_", r"xmma"),  # cuBLAS and cuDNN: sm80_xmma_gemm_*, sm90_xmma_*
+    ("kns=ampere_", r"ampere"),  # cuBLAS: ampere_sgemm_*, ampere_h16816gemm_*
+    ("kns=cutlass", r"cutlass"),  # CUTLASS kernels of cuBLAS and PyTorch: cutlass::Kernel<cutlass_80_*>, fmha_cutlassF_*
+    ("kns=cublas", r"cublas"),  # cuBLAS: gemv2T_kernel_val<..., cublasGemvParamsEx<...>>, cublasLt::splitKreduce_kernel
+    ("kns=cudnn", r"cudnn"),  # cuDNN (racecheck runs without it: NO_CUDNN_TOOLS; synccheck with it)
+    ("kns=_ZN2at6native", r"\bat::native\b|\bnamespace\s+native\b|\bnative::"),  # PyTorch's own: at::native::*
+    ("kns=at_cuda_detail", r"at_cuda_detail"),  # PyTorch's copy of CUB: at_cuda_detail::cub::*
+    ("kns=pytorch_flash", r"pytorch_flash"),  # PyTorch's flash attention: pytorch_flash::flash_fwd_kernel<...>
+)
+
+
+def library_excludes(source: str) -> list[str]:
+    """The ``--kernel-name-exclude`` filters of LIBRARY_KERNELS whose word the candidate's ``source``
+    does not spell (any case): the library kernels racecheck and synccheck leave out where they check
+    every kernel (kernel_scope None). compute-sanitizer user manual, "Specifying Filters": a kernel
+    that matches any exclude filter is not checked."""
+    return [f for f, word in LIBRARY_KERNELS if not re.search(word, source, re.IGNORECASE)]
+
+
 def _sanitize_all() -> bool:
     return os.environ.get("KVERIFY_SANITIZE_ALL", "") == "1"
 
@@ -153,13 +184,18 @@ def _sanitized_worker(tool: str, exe: str, source: str) -> dict:
     ``source``. The tools of OWN_KERNELS_ONLY get one ``--kernel-name`` option per filter of
     kernel_filters (compute-sanitizer user manual, "Specifying Filters": the option may be
     repeated and a kernel matching any filter is checked; kns = a substring of the mangled name,
-    kne = the whole mangled name)."""
+    kne = the whole mangled name), or, where kverify cannot name the candidate's kernels for sure
+    (kernel_scope None), one ``--kernel-name-exclude`` option per filter of library_excludes."""
     env = {**SANITIZED_ENV, **({CUDNN_ENV: "0"} if tool in NO_CUDNN_TOOLS else {})}
     wrapper = [*cpu_cap(tool), exe, "--tool", tool, "--print-limit", "20", "--target-processes", "all",
                "--report-api-errors", "no"]
-    if tool in OWN_KERNELS_ONLY and not _sanitize_all() and kernel_scope(source) is not None:
-        for f in kernel_filters(source):
-            wrapper += ["--kernel-name", f]
+    if tool in OWN_KERNELS_ONLY and not _sanitize_all():
+        if kernel_scope(source) is not None:
+            for f in kernel_filters(source):
+                wrapper += ["--kernel-name", f]
+        else:
+            for f in library_excludes(source):
+                wrapper += ["--kernel-name-exclude", f]
     return {"tag": f"G11-{tool}", "env": env, "wrapper": wrapper}
 
 
@@ -243,6 +279,8 @@ def start(ctx: Context):
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b, "seconds": seconds}
         if tool in OWN_KERNELS_ONLY and not _sanitize_all():
             rec["kernels"] = kernels if kernels is not None else "every kernel (own kernels not known for sure)"
+            if kernels is None:
+                rec["excluded"] = library_excludes(ctx.sandbox.candidate_source)
         if tool in NO_CUDNN_TOOLS:
             rec["cudnn"] = "off"
         if internal and not errors:  # the tool itself failed (_INTERNAL): what came after it is unchecked
