@@ -4,8 +4,9 @@
 # alone on the racecheck control (per-tool errors and seconds) and on ROWS (corpus ids, comma
 # separated; carry .corpus). SKIP_INSTALL=1 when an earlier step installed kverify.
 # PROBE_TOOLS="racecheck" (say) probes those tools only ("" none); CONTROL=controls/cuda/DIR another
-# control pair; GEMM_PROBE=1 runs racecheck on scripts/g11_gemm_probe.py (PyTorch's fp16 GEMMs)
-# with every kernel checked and with the library kernels G11 leaves out (library_excludes).
+# control pair (none: no G11 check at all); GEMM_PROBE=1 runs racecheck on scripts/g11_gemm_probe.py
+# (PyTorch's fp16 GEMMs) once per option set of GEMM_OPTS (";" between sets; an empty set checks
+# every kernel, LIB the --kernel-name-exclude filters of library_excludes; default ";LIB").
 source "$(dirname "$0")/device_common.sh"
 TOP=$OUT; OUT=$OUT/g11; mkdir -p "$OUT"  # many small files: one archive comes back
 # packed however the script ends (a `timeout` around it too: TERM exits through the EXIT trap)
@@ -21,17 +22,23 @@ for tool in ${PROBE_TOOLS-none memcheck initcheck racecheck synccheck}; do
   echo "   total $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$s") s"
 done
 if [ "${GEMM_PROBE:-0}" = 1 ]; then
-  read -ra lib <<< "$(python3 -c "from kverify.gates.g11_memory_safety import library_excludes as x; print(' '.join('--kernel-name-exclude ' + f for f in x('')))")"
-  for scope in every but_libraries; do
-    opts=(); [ "$scope" = every ] || opts=("${lib[@]}")
+  IFS=';' read -ra sets <<< "${GEMM_OPTS-;LIB}"
+  for set in "${sets[@]}"; do
+    if [ "$set" = LIB ]; then
+      read -ra opts <<< "$(python3 -c "from kverify.gates.g11_memory_safety import library_excludes as x; print(' '.join('--kernel-name-exclude ' + f for f in x('')))")"
+    else
+      read -ra opts <<< "$set"
+    fi
+    scope=$(printf '%s' "${set:-every}" | tr -c 'A-Za-z0-9_=-' _ | cut -c1-60)
     s=$(date +%s)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${PROBE_S:-120}" "$cs" --tool racecheck --print-limit 20 \
       --target-processes all --report-api-errors no "${opts[@]}" python3 scripts/g11_gemm_probe.py > "$OUT/gemm_$scope.txt" 2>&1
-    echo "gemm racecheck, $scope kernel: rc=$? $(( $(date +%s) - s )) s, $(grep -c 'Race reported' "$OUT/gemm_$scope.txt") race lines;" \
+    echo "gemm racecheck, $scope: rc=$? $(( $(date +%s) - s )) s, $(grep -c 'Race reported' "$OUT/gemm_$scope.txt") race lines;" \
       "$(grep -o 'RACECHECK SUMMARY.*' "$OUT/gemm_$scope.txt" | tail -1)"
     grep -m2 'Race reported\|rror' "$OUT/gemm_$scope.txt" | cut -c1-200
   done
 fi
+[ "${CONTROL:-}" = none ] && exit 0
 g11() {  # g11 NAME ARGS...: G11 alone, per-tool line
   local name=$1; shift
   s=$(date +%s)

@@ -8,7 +8,7 @@ import torch
 
 torch.manual_seed(0)
 with torch.no_grad():
-    for rows in (512, 2048):
+    for rows in (67, 512, 2048):  # 67: the gates' shape of controls/cuda/g11_race_after_gemm_cuda
         x = torch.randn(rows, 768, device="cuda")
         for out in (2304, 768):
             fc = torch.nn.Linear(768, out).cuda()
