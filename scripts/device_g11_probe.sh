@@ -5,8 +5,9 @@
 # separated; carry .corpus). SKIP_INSTALL=1 when an earlier step installed kverify.
 # PROBE_TOOLS="racecheck" (say) probes those tools only ("" none); CONTROL=controls/cuda/DIR another
 # control pair (none: no G11 check at all); GEMM_PROBE=1 runs racecheck on scripts/g11_gemm_probe.py
-# (PyTorch's fp16 GEMMs) once per option set of GEMM_OPTS (";" between sets; an empty set checks
-# every kernel, LIB the --kernel-name-exclude filters of library_excludes; default ";LIB").
+# (PyTorch's fp16 GEMMs) once per option set of GEMM_OPTS (";" between sets; an empty set, the
+# default, checks every kernel). Stop 36: GEMM_OPTS=";--kernel-name-exclude kns=nvjet_;--kernel-name kns=zzzz"
+# (results/audit/logs/h200_stop36/g11_gemm_probe.txt).
 source "$(dirname "$0")/device_common.sh"
 TOP=$OUT; OUT=$OUT/g11; mkdir -p "$OUT"  # many small files: one archive comes back
 # packed however the script ends (a `timeout` around it too: TERM exits through the EXIT trap)
@@ -22,13 +23,10 @@ for tool in ${PROBE_TOOLS-none memcheck initcheck racecheck synccheck}; do
   echo "   total $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$s") s"
 done
 if [ "${GEMM_PROBE:-0}" = 1 ]; then
-  IFS=';' read -ra sets <<< "${GEMM_OPTS-;LIB}"
+  IFS=';' read -ra sets <<< "${GEMM_OPTS:-}"
+  [ "${#sets[@]}" -gt 0 ] || sets=("")
   for set in "${sets[@]}"; do
-    if [ "$set" = LIB ]; then
-      read -ra opts <<< "$(python3 -c "from kverify.gates.g11_memory_safety import library_excludes as x; print(' '.join('--kernel-name-exclude ' + f for f in x('')))")"
-    else
-      read -ra opts <<< "$set"
-    fi
+    read -ra opts <<< "$set"
     scope=$(printf '%s' "${set:-every}" | tr -c 'A-Za-z0-9_=-' _ | cut -c1-60)
     s=$(date +%s)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${PROBE_S:-120}" "$cs" --tool racecheck --print-limit 20 \

@@ -208,7 +208,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-04.7"  # .7: G11's racecheck and synccheck leave out the kernels of cuBLAS, CUTLASS, cuDNN and PyTorch where they check every kernel (kernel_scope None; g11_memory_safety.library_excludes); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
+RULES = "2026-12-04.7"  # .7: G11 does not count racecheck's findings that are all inside cuBLAS's Hopper GEMMs (nvjet_sm*) where it checked every kernel (g11_memory_safety.library_findings); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (an oracle run per input and parameter, the candidate's outputs compared bit by bit), G10
