@@ -374,7 +374,8 @@ def test_a_sanitizer_run_can_be_confined_to_a_few_cpus(monkeypatch):
 
 
 #: racecheck's output on the H200 (stop 36, scripts/device_g11_probe.sh GEMM_PROBE=1: every kernel
-#: checked) for PyTorch's fp16 nn.Linear alone: 4 races, all inside cuBLAS's nvjet GEMM kernels
+#: checked) for scripts/g11_gemm_probe.py (PyTorch's fp16 GEMMs with bias under autocast and an fp16
+#: nn.Linear, no code of ours): 4 races, all inside cuBLAS's nvjet GEMM kernels
 H200_NVJET = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Read access at nvjet_sm90_hsh_144x64_64x8_1x2_h_bz_bias_TNN+0xa50
 =========     and Write access at nvjet_sm90_hsh_144x64_64x8_1x2_h_bz_bias_TNN+0x47b0 [512 hazards]
@@ -420,6 +421,18 @@ def test_races_racecheck_reports_inside_cublas_kernels_only_are_the_librarys():
                  H200_NVJET.replace(f"Read access at {nvjet}+0xa50", f"Read access at void {nvjet}<float>(float *)+0xa50"),
                  H200_NVJET.replace(f"Read access at {nvjet}+0xa50", f"Read access at {nvjet}::mine+0xa50"),
                  H200_NVJET.replace(f"Read access at {nvjet}+0xa50", f"Read access at 0xa50 in /x/k.cu:12:{nvjet}"),
+                 H200_NVJET.replace(f"Read access at {nvjet}+0xa50", "Read access at nvjet_fake+0xa50"),
+                 # the third access line of a finding (its second detail line) in a kernel of the candidate's
+                 H200_NVJET.replace("coopB_bias_TNN+0x6390", "coopB_bias_TNN_mine(float *)+0x6390"),
+                 # two accesses on one line, the first the candidate's
+                 H200_NVJET.replace(f"Read access at {nvjet}+0xa50", f"Read access at k+0x1 and Read access at {nvjet}+0xa50"),
+                 H200_NVJET.replace(f"Read access at {nvjet}+0xa50", f"Read access at mine(float *)+0x1 and Read access at {nvjet}+0xa50"),
+                 # a finding line the worker's own output broke (printed without a newline before it),
+                 # and a detail line left without its finding: both may hide a race of the candidate's
+                 H200_NVJET + "progress: " + OWN_RACE + _summary(5),
+                 H200_NVJET + "progress: ========= Error: Race reported\n" + _summary(5),
+                 OWN_RACE.split("\n", 1)[1] + H200_NVJET + _summary(4),
+                 H200_NVJET + _summary(4) + _summary(1),  # two processes' summaries
                  "========= Error: Race reported somewhere\n" + _summary(1),
                  _summary(0)):
         assert g11.library_findings(text, OPAQUE_SRC) is None, text
@@ -455,9 +468,19 @@ def test_races_inside_cublas_do_not_fail_a_candidate_whose_kernels_were_all_chec
     for source, text, tool in ((OPAQUE_SRC, H200_NVJET + OWN_RACE + _summary(5), "racecheck"),
                                (OPAQUE_SRC, H200_NVJET + _summary(6), "racecheck"),
                                (CUDA_SRC, H200_NVJET + _summary(4), "racecheck"),
+                               # the same lines from synccheck (not its real format): only racecheck's are looked at
                                (OPAQUE_SRC, H200_NVJET.replace("Race reported", "Barrier error") + "========= ERROR SUMMARY: 4 errors\n", "synccheck")):
         rec, verdict = _racecheck_run(monkeypatch, tmp_path, source, text, tool)
         assert verdict == "FAIL" and rec["errors"] >= 4 and "library_findings" not in rec, (text, rec)
+    # the same findings with the tool's own failure after them, or a worker that crashed: not PASS
+    internal = H200_NVJET + "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.\n" + _summary(5)
+    rec, verdict = _racecheck_run(monkeypatch, tmp_path, OPAQUE_SRC, internal)
+    assert verdict == "ERROR" and "unfinished" in rec, rec
+    nvjet = _log(tmp_path, "nvjet.log", H200_NVJET + _summary(4))
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    s, _ = _run_start(monkeypatch, OPAQUE_SRC, lambda t, w: Outcome("crash", detail="SIGSEGV", log=nvjet if t == "racecheck" else clean))
+    assert _verdict(s)["verdict"] != "PASS"
     monkeypatch.setattr(g11, "_sanitize_all", lambda: True)  # KVERIFY_SANITIZE_ALL=1: every kernel checked
-    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda t, w: Outcome("ok", result={}, log=_log(tmp_path, "n.log", H200_NVJET + _summary(4))))
-    assert "library_findings" in next(t for t in s["tools"] if t["tool"] == "racecheck")
+    s, _ = _run_start(monkeypatch, CUDA_SRC, lambda t, w: Outcome("ok", result={}, log=nvjet if t == "racecheck" else clean))
+    rec = next(t for t in s["tools"] if t["tool"] == "racecheck")
+    assert rec["errors"] == 0 and rec["library_findings"]["findings"] == 4, rec
