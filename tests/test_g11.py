@@ -64,6 +64,13 @@ def test_own_kernels_are_the_kernels_the_source_defines():
     "from numba import cuda\n@cuda.jit\ndef k(x): pass\n",
     "import cupy\nk = cupy.ElementwiseKernel('float32 x', 'float32 y', 'y = x', 'k')\n",
     "from torch.utils import cpp_extension\nm = cpp_extension.load(name='m', sources=['m.cu'])\n",
+    # kernel DSLs whose kernels get generated names, and loaders of code from anywhere (stop 36)
+    "import tilelang\n@tilelang.jit\ndef matmul(M, N, K): pass\n",
+    "import cutlass.cute as cute\n@cute.kernel\ndef k(a: cute.Tensor): pass\n",
+    "import warp as wp\n@wp.kernel\ndef k(a: wp.array(dtype=float)): pass\n",
+    "from pycuda.compiler import SourceModule\nm = SourceModule(open('k.cu').read())\n",
+    "from cuda.core.experimental import Program\np = Program(code, 'c++')\n",
+    "from cuda import cuda\ncuda.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, 0)\n",
 ])
 def test_kernels_kverify_cannot_name_for_sure_are_all_checked(src, monkeypatch):
     monkeypatch.delenv("KVERIFY_SANITIZE_ALL", raising=False)

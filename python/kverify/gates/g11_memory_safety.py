@@ -102,8 +102,13 @@ def own_kernels(source: str) -> list[str]:
 
 
 #: ways to make a GPU kernel whose name the source does not spell as a definition kverify parses
+#: (the kernel DSLs whose kernels get generated names: TileLang, CuTe's Python DSL, NVIDIA Warp;
+#: PyCUDA's SourceModule, NVIDIA's cuda.core / cuda.bindings and a bare cuLaunchKernel, which may
+#: load code from anywhere; stop 36's review)
 _OPAQUE = re.compile(r"(?<!@)\btriton\.jit\s*\(|\bnumba\b|\bcuda\.jit\b|ElementwiseKernel|ReductionKernel|"
-                     r"\bjiterator\b|\bnvrtc|cuModuleLoad|cpp_extension\.load\s*\(|\bload\s*\(\s*name\s*=")
+                     r"\bjiterator\b|\bnvrtc|cuModuleLoad|cpp_extension\.load\s*\(|\bload\s*\(\s*name\s*=|"
+                     r"\btilelang\b|@cute\.(?:kernel|jit)\b|\bcutlass\.cute\b|\bimport\s+warp\b|@wp\.kernel\b|"
+                     r"\bSourceModule\b|\bcuda\.core\b|\bcuda\.bindings\b|\bfrom\s+cuda\s+import\b|\bcuLaunchKernel\b")
 
 
 def kernel_scope(source: str) -> list[str] | None:
@@ -111,8 +116,8 @@ def kernel_scope(source: str) -> list[str] | None:
     defines, else None (then every tool checks every kernel, as before the filters): each
     ``__global__`` token must belong to a parsed definition, no kernel name may be a macro
     (``#define NAME``), Triton must appear only as ``@triton.jit`` definitions, and no other way of
-    making kernels (numba, CuPy ElementwiseKernel, NVRTC, jiterator, cpp_extension.load of files) may
-    appear. A filter naming a kernel that never launches would check nothing, silently."""
+    making kernels (_OPAQUE: numba, CuPy ElementwiseKernel, NVRTC, jiterator, cpp_extension.load of
+    files, TileLang, CuTe DSL, Warp, PyCUDA, cuda.core) may appear. A filter naming a kernel that never launches would check nothing, silently."""
     names = own_kernels(source)
     defined = len(_CUDA_KERNEL.findall(source)) + len(_CUDA_KERNEL_VOID_FIRST.findall(source))
     if len(re.findall(r"\b__global__\b", source)) != defined or _OPAQUE.search(source):
