@@ -28,7 +28,8 @@ cuDNN off all 4 ran clean, and so did G11 on 3 rows that had failed it through t
 kernels are not the ones racecheck checks; the candidate's own kernels run unchanged. An internal
 error of the tool that names no finding leaves the tool unfinished, never a finding (_INTERNAL).
 cuBLAS's fp16 GEMMs on Hopper do the same when a filter leaves them unchecked (LIBRARY_KERNEL, stop
-36): audit row cudal1/3090/L3/T11 (VGG16 under autocast) is G11 ERROR by it; not mended yet.
+36); audit row cudal1/3090/L3/T11 (VGG16 under autocast, its own kernel filtered) is G11 ERROR by
+that error, its fp16 GEMMs the likely cause (not shown); not mended yet.
 initcheck is not run (DESIGN.md lists it; measured on the H200, stop 14): on every kernel, a bare
 ``nn.Conv2d`` call under it printed error reports (host backtrace in Conv2d.forward) and had not
 finished after 75 s, so a candidate that keeps a PyTorch convolution would fail on cuDNN's reads;
@@ -117,7 +118,8 @@ def kernel_scope(source: str) -> list[str] | None:
     ``__global__`` token must belong to a parsed definition, no kernel name may be a macro
     (``#define NAME``), Triton must appear only as ``@triton.jit`` definitions, and no other way of
     making kernels (_OPAQUE: numba, CuPy ElementwiseKernel, NVRTC, jiterator, cpp_extension.load of
-    files, TileLang, CuTe DSL, Warp, PyCUDA, cuda.core) may appear. A filter naming a kernel that never launches would check nothing, silently."""
+    files, TileLang, CuTe DSL, Warp, PyCUDA, cuda.core) may appear. A filter naming a kernel that
+    never launches would check nothing, silently."""
     names = own_kernels(source)
     defined = len(_CUDA_KERNEL.findall(source)) + len(_CUDA_KERNEL_VOID_FIRST.findall(source))
     if len(re.findall(r"\b__global__\b", source)) != defined or _OPAQUE.search(source):
@@ -363,7 +365,7 @@ def parse_sanitizer(text: str) -> tuple[int, str]:
 #: nvjet_sm90_hsh_192x192_64x4_2x1_v_bz_coopB_bias_TNN).
 #: On the H200 (compute-sanitizer 2025.3.1, driver 580; stop 36, scripts/device_g11_probe.sh
 #: GEMM_PROBE=1, results/audit/logs/h200_stop36/g11_gemm_probe.txt) racecheck checking every kernel
-#: reported 4 races inside such kernels for PyTorch's fp16 nn.Linear alone (no code of ours), as it
+#: reported 4 races inside such kernels for PyTorch's fp16 GEMMs alone (scripts/g11_gemm_probe.py), as it
 #: had 3 for audit row cudal1/a100/L3/T43 (stop 34), and leaving them unchecked is no way out: every
 #: racecheck run of the same GEMMs with a kernel filter that skipped them (--kernel-name of another
 #: kernel, or --kernel-name-exclude kns=nvjet_, with or without --racecheck-memcpy-async no) ended
