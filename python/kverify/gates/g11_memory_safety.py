@@ -365,8 +365,9 @@ def parse_sanitizer(text: str) -> tuple[int, str]:
 #: nvjet_sm90_hsh_192x192_64x4_2x1_v_bz_coopB_bias_TNN).
 #: On the H200 (compute-sanitizer 2025.3.1, driver 580; stop 36, scripts/device_g11_probe.sh
 #: GEMM_PROBE=1, results/audit/logs/h200_stop36/g11_gemm_probe.txt) racecheck checking every kernel
-#: reported 4 races inside such kernels for PyTorch's fp16 GEMMs alone (scripts/g11_gemm_probe.py), as it
-#: had 3 for audit row cudal1/a100/L3/T43 (stop 34), and leaving them unchecked is no way out: every
+#: reported 4 races inside such kernels for PyTorch's fp16 GEMMs alone (scripts/g11_gemm_probe.py), as
+#: the first of 3 it reported for audit row cudal1/a100/L3/T43 was (stop 34; the journal keeps only the
+#: first), and leaving them unchecked is no way out: every
 #: racecheck run of the same GEMMs with a kernel filter that skipped them (--kernel-name of another
 #: kernel, or --kernel-name-exclude kns=nvjet_, with or without --racecheck-memcpy-async no) ended
 #: with "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception", as runs
@@ -388,9 +389,9 @@ def library_findings(text: str, source: str) -> int | None:
     (the worker's own output shares the log: a line it broke or printed could hide a finding). The
     caller also asks that the count equal parse_sanitizer's, which catches a summary that counts
     findings not recognised here. For racecheck that checked every kernel (kernel_scope None or
-    KVERIFY_SANITIZE_ALL=1): stop 34's audit row cudal1/a100/L3/T43 failed G11 by 3 races racecheck
-    reported inside the cuBLAS GEMM of its fp16 nn.Linear
-    (nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_bias_TNT), none in its own kernel. A library kernel
+    KVERIFY_SANITIZE_ALL=1): stop 34's audit row cudal1/a100/L3/T43 failed G11 by 3 races, the first
+    (the only one its journal keeps) inside the cuBLAS GEMM of its fp16 nn.Linear
+    (nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_bias_TNT). A library kernel
     is known by its name alone: a candidate that builds its own kernel's name "nvjet_sm..." from
     pieces, or prints racecheck's lines itself, is not caught (NOTES.md, stop 36)."""
     if re.search("nvjet", source, re.IGNORECASE) or len(re.findall(r"RACECHECK SUMMARY", text)) > 1:
