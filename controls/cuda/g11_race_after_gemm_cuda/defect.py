@@ -1,8 +1,9 @@
 """DEFECT (G11): an fp16 linear layer (a GEMM with bias of the BLAS library PyTorch calls on a GPU),
 then a shared-memory tree reduction with __syncwarp() where __syncthreads() is needed between steps
 (racecheck hazard). Its kernel is named through a macro, so kverify cannot be sure it knows every
-kernel of the candidate's (g11_memory_safety.kernel_scope None): racecheck checks every kernel but
-the libraries' and must still find the race in this one (g11_memory_safety.library_excludes)."""
+kernel of the candidate's (g11_memory_safety.kernel_scope None): racecheck checks every kernel, and
+a race outside the library's GEMM kernels keeps every finding counted
+(g11_memory_safety.library_findings), so G11 must fail."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

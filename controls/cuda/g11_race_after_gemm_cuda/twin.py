@@ -1,10 +1,10 @@
 """TWIN of g11_race_after_gemm_cuda: an fp16 linear layer (a GEMM with bias of the BLAS library PyTorch
 calls on a GPU), then a shared-memory tree reduction with __syncthreads() after every step, its
 kernel named through a macro (kernel_scope None: racecheck checks every kernel). Must pass G11: on
-the H200 (stop 34) racecheck reported races inside the library's GEMM an fp16 nn.Linear launched
-(audit row cudal1/a100/L3/T43), not the candidate's; G11 leaves the libraries' kernels out
-(library_excludes). This docstring and the code spell no library word of LIBRARY_KERNELS: a source
-that does keeps that library checked."""
+the H200 (stop 36, results/audit/logs/h200_stop36/g11_gemm_probe.txt) racecheck reported races
+inside the library's fp16 GEMM kernels (no code of ours); where every finding is inside them G11
+does not count them (g11_memory_safety.library_findings). This docstring and the code spell no
+library kernel name: a source that does keeps every finding counted."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
