@@ -104,8 +104,16 @@ def test_only_racecheck_and_synccheck_are_filtered_to_own_kernels(monkeypatch):
     ks = g11.own_kernels(CUDA_SRC)
     assert g11._tools(ks) == ["memcheck", "racecheck", "synccheck"]  # no initcheck (module docstring)
     assert g11._tools([]) == ["memcheck"]
+
+    def limit(tool, source):
+        w = g11._sanitized_worker(tool, "cs", source)["wrapper"]
+        return int(w[w.index("--print-limit") + 1])
+    # racecheck on every kernel prints up to LIBRARY_PRINT_LIMIT findings (library_findings must see them all)
+    assert limit("racecheck", CUDA_SRC) == limit("synccheck", OPAQUE_SRC) == limit("memcheck", OPAQUE_SRC) == g11.PRINT_LIMIT
+    assert limit("racecheck", OPAQUE_SRC) == g11.LIBRARY_PRINT_LIMIT
     monkeypatch.setenv("KVERIFY_SANITIZE_ALL", "1")
     assert "--kernel-name" not in g11._sanitized_worker("racecheck", "cs", CUDA_SRC)["wrapper"]
+    assert limit("racecheck", CUDA_SRC) == g11.LIBRARY_PRINT_LIMIT
     assert g11._tools([]) == list(g11.ALL_TOOLS) and "initcheck" in g11.ALL_TOOLS
 
 
@@ -445,12 +453,16 @@ def test_races_racecheck_reports_inside_cublas_kernels_only_are_the_librarys():
         assert g11.library_findings(text, OPAQUE_SRC) is None, text
     # a source that spells the word may define such a kernel itself
     assert g11.library_findings(H200_NVJET, OPAQUE_SRC + f"\n// __global__ void {nvjet.upper()}(float* x)\n") is None
-    # as many findings as racecheck prints (PRINT_LIMIT): more may be hidden
+    # as many findings as racecheck on every kernel prints (LIBRARY_PRINT_LIMIT): more may be hidden
     block = H200_NVJET.split("========= \n")[0] + "========= \n"
-    many = block.split("\n", 1)[1] * g11.PRINT_LIMIT
-    assert many.count("Error: Race") == g11.PRINT_LIMIT and g11.library_findings(many, OPAQUE_SRC) is None
-    fewer = block.split("\n", 1)[1] * (g11.PRINT_LIMIT - 1)
-    assert g11.library_findings(fewer, OPAQUE_SRC) == g11.PRINT_LIMIT - 1
+    limit = g11.print_limit("racecheck", every_kernel=True)
+    assert limit == g11.LIBRARY_PRINT_LIMIT > g11.PRINT_LIMIT == g11.print_limit("racecheck", False) == g11.print_limit("memcheck", True)
+    many = block.split("\n", 1)[1] * limit
+    assert many.count("Error: Race") == limit and g11.library_findings(many, OPAQUE_SRC) is None
+    fewer = block.split("\n", 1)[1] * (limit - 1)
+    assert g11.library_findings(fewer, OPAQUE_SRC) == limit - 1
+    # 103 of them (cudal1/3090/L3/T11 on the H200, stop 37: more than PRINT_LIMIT)
+    assert g11.library_findings(block.split("\n", 1)[1] * 103 + _summary(103), OPAQUE_SRC) == 103
 
 
 def _racecheck_run(monkeypatch, tmp_path, source: str, racecheck_text: str, tool: str = "racecheck",
@@ -491,3 +503,56 @@ def test_races_inside_cublas_do_not_fail_a_candidate_whose_kernels_were_all_chec
     monkeypatch.setattr(g11, "_sanitize_all", lambda: True)  # KVERIFY_SANITIZE_ALL=1: every kernel checked
     rec, _ = _racecheck_run(monkeypatch, tmp_path, CUDA_SRC, H200_NVJET + _summary(4))
     assert rec["errors"] == 0 and rec["library_findings"]["findings"] == 4, rec
+
+
+def test_a_filtered_racecheck_that_fails_inside_the_tool_runs_again_on_every_kernel(monkeypatch, tmp_path):
+    """H200, stop 36: racecheck filtered to the candidate's own kernels ends in the tool's own error
+    when cuBLAS's fp16 GEMMs run unchecked (audit row cudal1/3090/L3/T11 was G11 ERROR so). Such a
+    run is repeated with every kernel checked: races there all inside cuBLAS are the library's (PASS,
+    the first run's failure kept); positive controls: a race of the candidate's in the second run
+    FAILs, a second run that fails inside the tool too leaves G11 ERROR; no second run after a
+    finding, a timeout or the check's budget, for synccheck, or where every kernel was checked."""
+    internal = _log(tmp_path, "internal.log", INTERNAL_LOG)
+    clean = _log(tmp_path, "clean.log", "========= ERROR SUMMARY: 0 errors\n")
+    printed = []  # each run's --print-limit
+
+    def runs(second_text: str, first=("crash", internal), tool="racecheck"):
+        second = _log(tmp_path, "second.log", second_text)
+        calls = []
+        printed.clear()
+
+        def outcome(t, wrapper):
+            if t != tool:
+                return Outcome("ok", result={}, log=clean)
+            calls.append("--kernel-name" in wrapper)
+            printed.append(int(wrapper[wrapper.index("--print-limit") + 1]))
+            if len(calls) == 1:  # the first run of the tool
+                return Outcome(first[0], result={}, detail="exited with code 6", log=first[1])
+            return Outcome("ok", result={}, log=second)
+        s, _ = _run_start(monkeypatch, CUDA_SRC, outcome)
+        return next(r for r in s["tools"] if r["tool"] == tool), _verdict(s)["verdict"], calls
+    rec, verdict, calls = runs(H200_NVJET + _summary(4))
+    assert calls == [True, False] and verdict == "PASS" and rec["library_findings"]["findings"] == 4, rec
+    # the second run prints every finding up to LIBRARY_PRINT_LIMIT (the first, filtered, PRINT_LIMIT)
+    assert printed == [g11.PRINT_LIMIT, g11.LIBRARY_PRINT_LIMIT]
+    assert "every kernel" in rec["kernels"] and "unfinished" not in rec
+    assert rec["filtered_run"]["kernels"] == g11.own_kernels(CUDA_SRC)
+    assert "Internal Sanitizer Error" in rec["filtered_run"]["unfinished"]
+    rec, verdict, calls = runs(H200_NVJET + OWN_RACE + _summary(5))
+    assert calls == [True, False] and verdict == "FAIL" and rec["errors"] == 5 and "library_findings" not in rec
+    rec, verdict, calls = runs(INTERNAL_LOG)
+    assert calls == [True, False] and verdict == "ERROR" and "Internal Sanitizer Error" in rec["unfinished"]
+    # no second run: the first named a finding, timed out or was cut by the budget
+    found = _log(tmp_path, "found.log", INTERNAL_LOG.replace("========= Error: process", RACE + "\n========= Error: process"))
+    rec, verdict, calls = runs(H200_NVJET + _summary(4), first=("crash", found))
+    assert calls == [True] and verdict == "FAIL" and "filtered_run" not in rec
+    for status in ("timeout", "budget"):
+        rec, verdict, calls = runs(H200_NVJET + _summary(4), first=(status, internal))
+        assert calls == [True] and verdict == "ERROR" and "filtered_run" not in rec, status
+    # synccheck's own failure: not repeated
+    rec, verdict, calls = runs(H200_NVJET + _summary(4), tool="synccheck")
+    assert calls == [True] and verdict == "ERROR"
+    # every kernel checked already (KVERIFY_SANITIZE_ALL=1): nothing to repeat
+    monkeypatch.setattr(g11, "_sanitize_all", lambda: True)
+    rec, verdict, calls = runs(H200_NVJET + _summary(4))
+    assert calls == [False] and verdict == "ERROR" and "filtered_run" not in rec
