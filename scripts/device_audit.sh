@@ -8,6 +8,9 @@
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
+# IDS=ID[,ID...] checks only those rows of the shards (kverify audit --id, once per id): e.g. the rows
+# booked for a whole GPU, which on one GPU wait until no other row is left and so never start in a
+# short call beside the others.
 # REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo); REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
 # line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO: those journalled in
@@ -89,9 +92,11 @@ echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}" >> "$OUT/a
 # nothing that cannot end in the time left and stops at it; the timeout is a backstop.
 # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
 # write their stacks before it ends them
+ids=()
+for id in ${IDS:+${IDS//,/ }}; do ids+=(--id "$id"); done
 timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl \
   --journal "$OUT/audit_shard_{shard}.sqlite" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} >> "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1
 echo "audit of shards $SHARD rc=$? after $(( $(date +%s) - t0 )) s"
 python3 - "$OUT"/audit_shard_*.sqlite <<'PY'
 import os, sqlite3, statistics, sys
