@@ -334,13 +334,14 @@ def test_a_repeated_id_and_a_redo_outside_the_run_are_usage_errors(corpus, whole
     assert Journal(j).rows() == before
 
 
-def test_report_from_journal(whole, tmp_path):
+def test_report_from_journal(corpus, whole, tmp_path):
     out = tmp_path / "rep"
-    r = subprocess.run([sys.executable, "-m", "kverify", "report", str(whole), "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "kverify", "report", str(whole), "--out", str(out), "--corpus", str(corpus)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     assert rep["kernels"] == 5 and rep["judged"] == 4
+    assert rep["corpus"]["rows"] == 5 and rep["corpus"]["not_journalled"] == 0 and rep["corpus"]["missing"] == []
     assert rep["classes"]["CLEAN"]["count"] == 1 and rep["classes"]["BROKEN"]["count"] == 3
     assert rep["classes"]["UNJUDGED"]["count"] == 1
     assert rep["gates"]["G03"]["FAIL"] >= 1 and rep["gates"]["G07"]["FAIL"] >= 1
@@ -361,6 +362,50 @@ def test_report_from_journal(whole, tmp_path):
     for f in ("report.md", "report.html", "classes.png", "tolerance_sweep.png"):
         assert (out / f).stat().st_size > 200, f
     assert "Wilson" in (out / "report.md").read_text()
+
+
+def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_path):
+    """kverify report --corpus: each corpus row without a record is counted once, with why, from the
+    journals' tries and forgotten tables; the set-aside note (OOM_TRY) is no try of its own."""
+    from kverify.audit_report import markdown, write_report
+    from kverify.corpus import iter_rows
+    from kverify.errors import UsageError
+    from kverify.journal import OOM_TRY
+
+    rows = {r["id"]: r for _, r in iter_rows(str(corpus))}
+    a, b = Journal(tmp_path / "a.sqlite"), Journal(tmp_path / "b.sqlite")  # two shards' journals
+    a.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")
+    a.record(rows["ex/g03_fmax"], None, "COMPILE_ERROR", "x")
+    a.forget(["ex/g03_fmax"], "kverify audit --redo")
+    a.note_try("ex/g03_fmax", "check started")
+    b.note_try("ex/g07_inplace", "check started")
+    b.note_try("ex/g07_inplace", "check started")
+    b.note_try("ex/g08_tail_unwritten", "check started")
+    b.note_try("ex/g08_tail_unwritten", OOM_TRY)
+    b.note_try("ex/broken", "booked whole: waits for the GPU to itself")
+    assert b.tries() == {"ex/g07_inplace": 2, "ex/g08_tail_unwritten": 1, "ex/broken": 1}
+    a.close(), b.close()
+    rep = write_report([str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")], str(tmp_path / "rep"), str(corpus))
+    c = rep["corpus"]
+    assert (c["rows"], c["journalled"], c["not_journalled"]) == (5, 1, 4)
+    why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
+    assert why == {"ex/g03_fmax": ("taken out by --redo, not judged again yet", 1),
+                   "ex/broken": ("booked for a whole GPU: runs once nothing else is left", 1),
+                   "ex/g07_inplace": ("check started, never finished (a run's time limit or kill)", 2),
+                   "ex/g08_tail_unwritten": ("out of GPU memory beside other checks: to run alone", 1)}
+    assert [m["id"] for m in c["missing"]] == ["ex/g03_fmax", "ex/broken", "ex/g07_inplace", "ex/g08_tail_unwritten"]
+    assert sum(c["reasons"].values()) == 4
+    md = markdown(rep)
+    assert "Of the 5 rows of" in md and "| ex/g07_inplace | check started" in md
+    # no try at all
+    Journal(tmp_path / "c.sqlite").close()
+    c = write_report([str(tmp_path / "c.sqlite")], str(tmp_path / "rep2"), str(corpus))["corpus"]
+    assert c["not_journalled"] == 5 and set(c["reasons"]) == {"no try recorded (never tried, or only before the tries table, stop 28)"}
+    # journals of another corpus: refused, naming the corpus and a stray id
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(rows["ex/broken"]) + "\n")
+    with pytest.raises(UsageError, match=r"other\.jsonl: 1 journalled row\(s\) are not in this corpus, e\.g\. ex/correct"):
+        write_report([str(tmp_path / "a.sqlite")], str(tmp_path / "rep3"), str(other))
 
 
 def test_out_of_memory_is_recognised_in_reason_or_report():

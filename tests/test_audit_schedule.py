@@ -124,8 +124,10 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, c
     monkeypatch.setattr(audit, "time", FakeTime)
     monkeypatch.setattr(audit, "gpu_memory_mib", lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs})
     recorded = []
+    w.tries = []  # (row id, what) of every note_try
     audit._pipeline("corpus", [{"id": r} for r in spec], opts or {}, jobs, compile_jobs,
-                    lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit)
+                    lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit,
+                    note_try=lambda row, what: w.tries.append((row["id"], what)))
     assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
     return w
 
@@ -155,6 +157,8 @@ def test_out_of_memory_rows_run_again_alone_and_every_row_is_recorded_once(monke
     alone = [x for x in w.trace if x[1] == "start" and x[5]]
     if jobs > 1 or compile_jobs:
         assert {x[3] for x in alone} == {"r0", "r1", "r5", "r29"}  # each re-run once, serially
+        # each noted once as set aside (why it is not journalled if the run ends before it: report --corpus)
+        assert sorted(r for r, what in w.tries if what == audit.OOM_TRY) == ["r0", "r1", "r29", "r5"]
         assert not overlaps(w.trace, set())
         shared_starts = [t for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and ev == "start" and not serial]
         if gpus and len(gpus) > 1:

@@ -50,7 +50,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, FAULT_PREFIX, Journal, cut_by_budget
+from kverify.journal import CLASSES, FAULT_PREFIX, OOM_TRY, Journal, cut_by_budget
 
 #: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
 #: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
@@ -254,7 +254,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
-    from kverify.corpus import iter_rows
+    from kverify.corpus import default_id, iter_rows
 
     try:  # its check processes apply it (_task): a bad value must stop the audit, not every row
         cuda_schedule.validate()
@@ -279,9 +279,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     seen: dict[str, int] = {}
     place: dict[str, int] = {}  # every row id -> its position (its shard: place % n)
     for p, (line, r) in enumerate(iter_rows(corpus)):
-        # CUDA-L1 records carry no id: the corpus file's name and the row's position are one (the
-        # name, not the path as typed: ./c.jsonl and c.jsonl must resume the same journal)
-        r.setdefault("id", f"{Path(corpus).name}:row{p}")
+        r.setdefault("id", default_id(corpus, p))  # CUDA-L1 records carry no id
         if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
             raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
         seen[r["id"]] = line
@@ -411,7 +409,9 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         tried: set[str] = set()
 
         def note_try(row, what: str) -> None:  # once per row and run: its check started, or it waits to run alone
-            if row["id"] not in tried:
+            if what == OOM_TRY:  # beside that once: why it is not journalled yet (kverify report --corpus)
+                journals[shard_of[row["id"]]].note_try(row["id"], what)
+            elif row["id"] not in tried:
                 tried.add(row["id"])
                 journals[shard_of[row["id"]]].note_try(row["id"], what)
 
@@ -858,8 +858,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     host has the memory to expect for it (host_room, HOST_RESERVE) or nothing runs.
     Processes end with this one (lifeline). ``time_limit``: what may still start
     (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted.
-    ``note_try(row, what)`` is called as a row's check starts and as a row is set aside to run
-    alone (Journal.note_try, through _run_journals)."""
+    ``note_try(row, what)`` is called as a row's check starts, as a row is set aside to run
+    alone (booked for a whole GPU), and with journal.OOM_TRY as one is set aside after running out of
+    GPU memory beside other checks (Journal.note_try, through _run_journals)."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -1114,6 +1115,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     whole_alone.discard(row["id"])
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
                         waiting["alone"].append(row)  # serially this time
+                        if not whole_run:
+                            note_try(row, OOM_TRY)
                         on = f" on GPU {gpu_used}" if gpu_used is not None else ""
                         said = oom_detail(report, reason)  # the oracle's run or the candidate's
                         log((f"out of GPU memory ({where}) with the GPU to itself{on}, to run again serially: {row['id']}"

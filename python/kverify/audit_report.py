@@ -65,6 +65,58 @@ def load(journals: list[str]) -> list[dict]:
     return sorted(out.values(), key=lambda k: k["id"])
 
 
+#: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` and ``forgotten``
+#: tables, the first that applies: taken out by ``--redo`` and not judged again; set aside after
+#: running out of GPU memory beside other checks (journal.OOM_TRY); booked for a whole GPU (on one
+#: GPU it waits until no other row is left); its check started in some run and never ended there
+#: (the run's time limit, a kill); no try recorded
+WHY_NOT_JOURNALLED = {
+    "forgotten": "taken out by --redo, not judged again yet",
+    "oom": "out of GPU memory beside other checks: to run alone",
+    "whole": "booked for a whole GPU: runs once nothing else is left",
+    "started": "check started, never finished (a run's time limit or kill)",
+    "never": "no try recorded (never tried, or only before the tries table, stop 28)",
+}
+
+
+def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dict:
+    """The rows of ``corpus`` (a corpus JSONL, kverify.corpus.iter_rows) without a record in
+    ``kernels`` (load(journals)), each with why (WHY_NOT_JOURNALLED, from every journal's ``tries``
+    and ``forgotten`` tables) and how many times a run tried it. Returns {"file", "rows" (the
+    corpus's), "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason",
+    "tries"}] in corpus order}. Raises LoadError for a bad corpus line, UsageError where a
+    journalled row is not in the corpus (journals of another corpus)."""
+    from kverify.corpus import default_id, iter_rows
+    from kverify.journal import OOM_TRY
+
+    ids = [r.get("id", default_id(corpus, p)) for p, (_, r) in enumerate(iter_rows(corpus))]
+    done = {k["id"] for k in kernels}
+    stray = sorted(done - set(ids))
+    if stray:
+        raise UsageError(f"{corpus}: {len(stray)} journalled row(s) are not in this corpus, e.g. "
+                         f"{', '.join(stray[:3])}: the journals are of another corpus")
+    tries: dict[str, list[str]] = defaultdict(list)
+    forgotten: set[str] = set()
+    for path in journals:
+        j = Journal(path, readonly=True)
+        for kid, _at, what in j.select("tries"):
+            tries[kid].append(what or "")
+        forgotten |= {r[0] for r in j.select("forgotten")}
+        j.close()
+    missing = []
+    for i in ids:
+        if i in done:
+            continue
+        w = tries.get(i, [])
+        key = ("forgotten" if i in forgotten else "oom" if OOM_TRY in w
+               else "whole" if any(x.startswith("booked whole") for x in w)
+               else "started" if w else "never")
+        missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key], "tries": sum(x != OOM_TRY for x in w)})
+    reasons = Counter(m["reason"] for m in missing)
+    return {"file": str(corpus), "rows": len(ids), "journalled": len(ids) - len(missing), "not_journalled": len(missing),
+            "reasons": {r: reasons[r] for r in WHY_NOT_JOURNALLED.values() if reasons[r]}, "missing": missing}
+
+
 def build(kernels: list[dict]) -> dict:
     n = len(kernels)
     classes = Counter(k["class"] for k in kernels)
@@ -217,7 +269,17 @@ def _group(kernels, field):
 
 
 def markdown(rep: dict) -> str:
-    L = [f"# kverify audit report\n\n{rep['kernels']} kernels, {rep['judged']} judged.\n", "## Classes\n",
+    L = [f"# kverify audit report\n\n{rep['kernels']} kernels, {rep['judged']} judged.\n"]
+    c = rep.get("corpus")
+    if c:  # kverify report --corpus: the rows not journalled yet, with why
+        L.append(f"Of the {c['rows']} rows of `{c['file']}`, {c['journalled']} are journalled and {c['not_journalled']} "
+                 "are not (yet); the class rates below are of the journalled rows only.\n")
+        if c["missing"]:
+            L += ["| not journalled, why | rows |", "|---|---|"] + [f"| {r} | {n} |" for r, n in c["reasons"].items()]
+            L += ["\n| row not journalled | why | tries (runs that started its check or set it aside) |", "|---|---|---|"]
+            L += [f"| {m['id']} | {m['reason']} | {m['tries']} |" for m in c["missing"]]
+            L.append("")
+    L += ["## Classes\n",
          "BROKEN, VIOLATION and CLEAN are rates of the judged kernels; COMPILE_ERROR and UNJUDGED are rates "
          "of all kernels (so the column does not add up to 100%).\n",
          "| class | count | of | rate | Wilson 95% |", "|---|---|---|---|---|"]
@@ -350,13 +412,19 @@ def plots(rep: dict, out: Path) -> list[str]:
     return files
 
 
-def write_report(journals: list[str], out_dir: str = "results/audit") -> dict:
+def write_report(journals: list[str], out_dir: str = "results/audit", corpus: str | None = None) -> dict:
     """Write report.{json,md,html} and the plots into ``out_dir`` (created); returns the report.
-    Raises UsageError for a journal that is missing or not a journal, or an ``out_dir`` that is a file."""
+    With ``corpus`` (the audited corpus JSONL) the report also counts its rows not journalled yet,
+    with why (report["corpus"], not_journalled). Raises UsageError for a journal that is missing or
+    not a journal, journals of another corpus, or an ``out_dir`` that is a file; LoadError for a
+    bad corpus."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: --out must be a folder, and this is a file")
-    rep = build(load(journals))
+    kernels = load(journals)
+    rep = build(kernels)
+    if corpus:
+        rep["corpus"] = not_journalled(corpus, journals, kernels)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(rep, indent=2, default=list) + "\n")
     md = markdown(rep)

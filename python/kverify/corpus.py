@@ -44,6 +44,13 @@ def iter_rows(file: str):
             yield n, row
 
 
+def default_id(file: str, position: int) -> str:
+    """The id of a corpus row that carries none (CUDA-L1's records): the corpus file's name (not the
+    path as typed: ./c.jsonl and c.jsonl must resume the same journal) and the row's 0-based
+    ``position`` among the file's rows (blank lines not counted)."""
+    return f"{Path(file).name}:row{position}"
+
+
 #: fields the journal and report keep (kverify.journal.Journal.record), with their JSON types;
 #: each may be absent or null
 TEXT_FIELDS = ("id", "source_repo", "problem_name", "problem_version", "backend")

@@ -45,6 +45,12 @@ FIXED_OPTIONS = ("device", "seed", "gates")
 BUDGET_MARK = "the check's time budget"
 
 
+#: the ``tries`` note of a row set aside after running out of GPU memory beside other checks (it
+#: runs again alone): kept so that `kverify report --corpus` can say why a row is not journalled;
+#: not a try of its own (Journal.tries: its check's start counted already)
+OOM_TRY = "out of GPU memory beside other checks: to run alone"
+
+
 def cut_by_budget(verdict: str, summary: str | None) -> bool:
     """Was this gate (or standard-test) record ERROR because a check budget cut its calls short?"""
     return verdict == "ERROR" and BUDGET_MARK in (summary or "")
@@ -133,14 +139,15 @@ class Journal:
 
     def tries(self) -> dict[str, int]:
         """{kernel id: number of note_try records since it was last taken out (``forgotten``,
-        --redo)} for the rows not journalled (yet): a row that was tried, finished and is now
-        checked again starts from none."""
+        --redo)} for the rows not journalled (yet), OOM_TRY notes not counted: a row that was
+        tried, finished and is now checked again starts from none."""
         if "tries" not in self.tables:
             return {}
-        since = ("WHERE t.at > COALESCE((SELECT MAX(f.at) FROM forgotten f WHERE f.id = t.id), 0)"
+        since = (" AND t.at > COALESCE((SELECT MAX(f.at) FROM forgotten f WHERE f.id = t.id), 0)"
                  if "forgotten" in self.tables else "")
         done = self.done()
-        return {k: n for k, n in self.db.execute(f"SELECT t.id, COUNT(*) FROM tries t {since} GROUP BY t.id")
+        return {k: n for k, n in self.db.execute(
+                    f"SELECT t.id, COUNT(*) FROM tries t WHERE t.what IS NOT ?{since} GROUP BY t.id", (OOM_TRY,))
                 if k not in done}
 
     def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
