@@ -465,6 +465,31 @@ def test_races_racecheck_reports_inside_cublas_kernels_only_are_the_librarys():
     assert g11.library_findings(block.split("\n", 1)[1] * 103 + _summary(103), OPAQUE_SRC) == 103
 
 
+def test_own_findings_split_racechecks_findings_by_whose_kernel_they_are():
+    """own_findings: a finding is the candidate's when an access names one of its kernels, demangled
+    (with return type, namespace, template arguments, parameters), plain (extern "C") or mangled
+    (length-prefixed name), or a Triton kernel by prefix; or when an access line does not parse.
+    None for a stray race line or as many findings as the print limit."""
+    nvjet = H200_NVJET
+    race = lambda name: OWN_RACE.replace("fused_kernel(const float *, float *, int)", name)  # noqa: E731
+    for name in ("void scaled_add<float, 256>(const T1 *, T1 *, int)", "void ns::bounded(float *)", "c_linkage",
+                 "_Z5plainPf", "_Z10void_firstPf", "_ZN2ns7boundedEPf"):
+        assert g11.own_findings(nvjet + race(name) + _summary(5), CUDA_SRC)[:2] == (1, 4), name
+    for name in ("fused_kernel(const float *, float *, int)", "void plain_more(float *)", "_Z10plain_morePf",
+                 "at::native::reduce_kernel<512, 1>(float *)", "plain_x"):
+        assert g11.own_findings(race(name) + _summary(1), CUDA_SRC)[:2] == (0, 1), name
+    # a Triton kernel by its name's prefix
+    assert g11.own_findings(race("add_kernel_0d1d2d") + _summary(1), TRITON_SRC)[:2] == (1, 0)
+    # an access line that does not parse may be the candidate's
+    assert g11.own_findings(race("fused_kernel").replace("+0x3f0", " somewhere") + _summary(1), CUDA_SRC)[:2] == (1, 0)
+    split = g11.own_findings(nvjet + race("plain(float *)") + _summary(5), CUDA_SRC)
+    assert split[2].startswith("========= Error: Race reported between Read access at plain(") and "nvjet" in split[3]
+    assert g11.own_findings("progress: " + OWN_RACE + _summary(1), CUDA_SRC) is None  # a broken line
+    block = nvjet.split("========= \n")[0].split("\n", 1)[1] + "========= \n"
+    assert g11.own_findings(block * g11.LIBRARY_PRINT_LIMIT, CUDA_SRC) is None
+    assert g11.own_findings(block * (g11.LIBRARY_PRINT_LIMIT - 1), CUDA_SRC)[:2] == (0, g11.LIBRARY_PRINT_LIMIT - 1)
+
+
 def _racecheck_run(monkeypatch, tmp_path, source: str, racecheck_text: str, tool: str = "racecheck",
                    status: str = "ok"):
     """start() where ``tool`` prints ``racecheck_text`` and ends with ``status`` and the other tools
@@ -538,8 +563,19 @@ def test_a_filtered_racecheck_that_fails_inside_the_tool_runs_again_on_every_ker
     assert "every kernel" in rec["kernels"] and "unfinished" not in rec
     assert rec["filtered_run"]["kernels"] == g11.own_kernels(CUDA_SRC)
     assert "Internal Sanitizer Error" in rec["filtered_run"]["unfinished"]
+    # a race in a kernel of the candidate's among them: FAIL, counting only its own (own_findings)
+    own = OWN_RACE.replace("fused_kernel(const float *, float *, int)", "void scaled_add<float, 256>(const T1 *, T1 *, int)")
+    rec, verdict, calls = runs(H200_NVJET + own + _summary(5))
+    assert calls == [True, False] and verdict == "FAIL" and rec["errors"] == 1 and "library_findings" not in rec
+    assert rec["first"].startswith("========= Error: Race reported between Read access at void scaled_add<")
+    assert rec["other_findings"]["findings"] == 4 and "nvjet" in rec["other_findings"]["first"]
+    # only races in a kernel that is neither the candidate's nor cuBLAS's: not counted, not established
     rec, verdict, calls = runs(H200_NVJET + OWN_RACE + _summary(5))
-    assert calls == [True, False] and verdict == "FAIL" and rec["errors"] == 5 and "library_findings" not in rec
+    assert calls == [True, False] and verdict == "ERROR" and rec["errors"] == 0 and rec["other_findings"]["findings"] == 5
+    assert "not the candidate's" in rec["unfinished"]
+    # a summary counting more than were printed: the split cannot be trusted, every finding counts
+    rec, verdict, calls = runs(H200_NVJET + OWN_RACE + _summary(7))
+    assert verdict == "FAIL" and rec["errors"] == 7 and "other_findings" not in rec
     rec, verdict, calls = runs(INTERNAL_LOG)
     assert calls == [True, False] and verdict == "ERROR" and "Internal Sanitizer Error" in rec["unfinished"]
     # no second run: the first named a finding, timed out or was cut by the budget

@@ -291,6 +291,12 @@ def start(ctx: Context):
             if n is not None and n == errors:
                 library = {"findings": n, "first": first[:200]}
                 errors, first = 0, ""
+        others = None  # the second run's findings outside the candidate's own kernels (own_findings)
+        if filtered_failed and errors and library is None:
+            split = own_findings(text, source)
+            if split and split[1] and split[0] + split[1] == errors:
+                others = {"findings": split[1], "first": split[3][:200]}
+                errors, first = split[0], split[2]
         exits = [ln.strip() for ln in text.splitlines() if _is_exit(ln)]
         internal = [ln.strip() for ln in text.splitlines() if _is_internal(ln)]
         rec = {"tool": tool, "errors": errors, "first": first[:200], "binding": b, "seconds": seconds}
@@ -304,7 +310,12 @@ def start(ctx: Context):
             rec["cudnn"] = "off"
         if library:
             rec["library_findings"] = library
-        if internal and not errors:  # the tool itself failed (_INTERNAL): what came after it is unchecked
+        if others:
+            rec["other_findings"] = others
+        if others and not errors:  # races only in kernels the candidate's filter left out, not the library's
+            rec.update(unfinished=f"{others['findings']} finding(s) in kernels neither the candidate's own nor all "
+                                  "cuBLAS's GEMMs: not the candidate's, but unexplained, so not established")
+        elif internal and not errors:  # the tool itself failed (_INTERNAL): what came after it is unchecked
             said = internal[0].removeprefix("========= ")[:160]
             rec.update(unfinished=f"compute-sanitizer's own error, no finding: {said}")
         elif o.status == "timeout" and not errors:  # slow under the tool: no finding, not judged
@@ -346,6 +357,9 @@ def start(ctx: Context):
 #: the same GEMMs checked ran to the end, their races inside the library's kernels (library_findings).
 #: The second run's record stands (its findings, its own failure, its timeout), with the first's
 #: failure kept (rec["filtered_run"]); the two runs share SANITIZER_TIMEOUT each and the check's budget.
+#: Of its findings, those all inside cuBLAS's GEMMs are the library's (library_findings); else only
+#: those in the candidate's own kernels count (own_findings; the others kept as
+#: rec["other_findings"], and G11 not established when none is the candidate's: rules 2026-12-04.9).
 RETRY_EVERY_KERNEL = ("racecheck",)
 #: tools whose worker runs with PyTorch's cuDNN off (CUDNN_ENV; the module docstring says why)
 NO_CUDNN_TOOLS = ("racecheck",)
@@ -439,25 +453,77 @@ def library_findings(text: str, source: str) -> int | None:
     pieces, or prints racecheck's lines itself, is not caught (NOTES.md, stop 36)."""
     if re.search("nvjet", source, re.IGNORECASE) or len(re.findall(r"RACECHECK SUMMARY", text)) > 1:
         return None
-    lines = text.splitlines()
-    starts = [i for i, ln in enumerate(lines) if _FINDING.match(ln) and not _is_exit(ln)]
-    if not starts or len(starts) >= LIBRARY_PRINT_LIMIT:
+    blocks = _finding_blocks(text)
+    if not blocks or len(blocks) >= LIBRARY_PRINT_LIMIT:
         return None
-    seen = set()
-    for i in starts:
-        j = i + 1  # the finding's detail lines: indented tool lines that name an access
+    for ln in (ln for b in blocks for ln in b):
+        names = _ACCESS_AT.findall(ln)
+        if not names or len(names) != ln.count("access at") or not all(LIBRARY_KERNEL.fullmatch(n) for n in names):
+            return None
+    return len(blocks)
+
+
+def _finding_blocks(text: str) -> list[list[str]] | None:
+    """racecheck's findings in its output ``text``, each as its lines: the finding line (_FINDING),
+    then its detail lines (indented tool lines that name an access, "=========     and Write access
+    at ..."). None where a line outside them speaks of a race or an access: the worker's own output
+    shares the log, and a line it broke could hide a finding."""
+    lines = text.splitlines()
+    blocks, seen = [], set()
+    for i in (i for i, ln in enumerate(lines) if _FINDING.match(ln) and not _is_exit(ln)):
+        j = i + 1
         while j < len(lines) and lines[j].startswith("=========  ") and "access at" in lines[j]:
             j += 1
-        for ln in lines[i:j]:
-            names = _ACCESS_AT.findall(ln)
-            if not names or len(names) != ln.count("access at"):
-                return None
-            if not all(LIBRARY_KERNEL.fullmatch(n) for n in names):
-                return None
+        blocks.append(lines[i:j])
         seen.update(range(i, j))
     if any(k not in seen and ("access at" in ln or "Race reported" in ln) for k, ln in enumerate(lines)):
         return None
-    return len(starts)
+    return blocks
+
+
+#: one access racecheck reports, its kernel named any way the tool does: "access at NAME+0xOFF",
+#: NAME a plain symbol, a mangled one (_Z...) or a demangled signature with spaces
+#: ("void k<c10::Half>(const T1 *, int)", as for audit row cudal1/a100/L3/T43 on the H200, stop 38)
+_ACCESS_NAME = re.compile(r"\baccess at (.+?)\+0x[0-9a-fA-F]+")
+
+
+def _base_name(name: str) -> str:
+    """A kernel's identifier in racecheck's NAME (_ACCESS_NAME) when demangled: without its return
+    type, namespaces, template arguments and parameters ("void ns::k<float>(float *)" -> "k"); a
+    plain symbol as it is."""
+    head = name.split("(", 1)[0].split("<", 1)[0].strip()
+    return head.split()[-1].rsplit("::", 1)[-1] if head else ""
+
+
+def _is_own(name: str, source: str) -> bool:
+    """Is the kernel racecheck names ``name`` (_ACCESS_NAME) one of the candidate's own (``source``;
+    kernel_filters' rule): a CUDA kernel by its demangled or plain name, or its length-prefixed
+    name inside a mangled one; a Triton kernel by its name's prefix."""
+    cuda, base = _cuda_kernels(source), _base_name(name)
+    return (base in cuda or (name.startswith("_Z") and any(f"{len(n)}{n}" in name for n in cuda))
+            or any(name.startswith(n) for n in set(_TRITON_KERNEL.findall(source))))
+
+
+def own_findings(text: str, source: str) -> tuple[int, int, str, str] | None:
+    """racecheck's findings in ``text`` split by whose they are: (the candidate's, the others', the
+    first of the candidate's finding lines, the first of the others'). A finding is the candidate's
+    when one of its accesses is in a kernel of the candidate's own (_is_own) or an access line does
+    not parse (then it may be). None where the split cannot be trusted: a stray race line
+    (_finding_blocks), or as many findings printed as the run's --print-limit (LIBRARY_PRINT_LIMIT:
+    more may be hidden). For RETRY_EVERY_KERNEL's second run, which checks every kernel only because
+    the run filtered to the candidate's own could not finish: the kernels that filter left out
+    are not what G11 asks about (rules 2026-12-04.9)."""
+    blocks = _finding_blocks(text)
+    if blocks is None or len(blocks) >= LIBRARY_PRINT_LIMIT:
+        return None
+    own, first_own, first_other = 0, "", ""
+    for b in blocks:
+        names = [n for ln in b for n in _ACCESS_NAME.findall(ln)]
+        if not names or len(names) != sum(ln.count("access at") for ln in b) or any(_is_own(n, source) for n in names):
+            own, first_own = own + 1, first_own or b[0].strip()
+        else:
+            first_other = first_other or b[0].strip()
+    return own, len(blocks) - own, first_own, first_other
 
 
 def judge_cut(ctx: Context, detail: str) -> dict | None:
