@@ -376,8 +376,8 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     a, b = Journal(tmp_path / "a.sqlite"), Journal(tmp_path / "b.sqlite")  # two shards' journals
     a.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")
     a.record(rows["ex/g03_fmax"], None, "COMPILE_ERROR", "x")
+    a.note_try("ex/g03_fmax", "check started")  # before its --redo: not counted
     a.forget(["ex/g03_fmax"], "kverify audit --redo")
-    a.note_try("ex/g03_fmax", "check started")
     b.note_try("ex/g07_inplace", "check started")
     b.note_try("ex/g07_inplace", "check started")
     b.note_try("ex/g08_tail_unwritten", "check started")
@@ -389,7 +389,7 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     c = rep["corpus"]
     assert (c["rows"], c["journalled"], c["not_journalled"]) == (5, 1, 4)
     why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
-    assert why == {"ex/g03_fmax": ("taken out by --redo, not judged again yet", 1),
+    assert why == {"ex/g03_fmax": ("taken out by --redo, not tried since", 0),
                    "ex/broken": ("booked for a whole GPU: runs once nothing else is left", 1),
                    "ex/g07_inplace": ("check started, never finished (a run's time limit or kill)", 2),
                    "ex/g08_tail_unwritten": ("out of GPU memory beside other checks: to run alone", 1)}
@@ -397,6 +397,28 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     assert sum(c["reasons"].values()) == 4
     md = markdown(rep)
     assert "Of the 5 rows of" in md and "| ex/g07_inplace | check started" in md
+    # tries after a --redo say more than the --redo (a review's find: a row started 4 times since)
+    a = Journal(tmp_path / "a.sqlite")
+    a.note_try("ex/g03_fmax", "check started")
+    a.close()
+    c = write_report([str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")], str(tmp_path / "rep"), str(corpus))["corpus"]
+    assert {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}["ex/g03_fmax"] == (
+        "check started, never finished (a run's time limit or kill)", 1)
+    # journals whose runs name their shards: only those shards' rows count (positions 1 and 3 of 5 for 1/2)
+    d = Journal(tmp_path / "d.sqlite")
+    d.begin_run({"shard": "1/2", "device": "cpu"})
+    d.record(rows["ex/g03_fmax"], None, "COMPILE_ERROR", "x")  # position 1
+    d.close()
+    c = write_report([str(tmp_path / "d.sqlite")], str(tmp_path / "rep4"), str(corpus))["corpus"]
+    assert (c["rows"], c["journalled"], c["shards"], [m["id"] for m in c["missing"]]) == (2, 1, ["1/2"], ["ex/g07_inplace"])
+    assert "in shard(s) 1/2" in markdown(write_report([str(tmp_path / "d.sqlite")], str(tmp_path / "rep4"), str(corpus)))
+    # a journal given twice, and a corpus with a repeated id: refused
+    with pytest.raises(UsageError, match="given more than once"):
+        write_report([str(tmp_path / "b.sqlite"), str(tmp_path / "b.sqlite")], str(tmp_path / "rep5"), str(corpus))
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(json.dumps(rows["ex/correct"]) + "\n" + json.dumps(rows["ex/correct"]) + "\n")
+    with pytest.raises(UsageError, match=r"twice\.jsonl:2: field 'id': 'ex/correct' is also the id of line 1"):
+        write_report([str(tmp_path / "d.sqlite")], str(tmp_path / "rep6"), str(twice))
     # no try at all
     Journal(tmp_path / "c.sqlite").close()
     c = write_report([str(tmp_path / "c.sqlite")], str(tmp_path / "rep2"), str(corpus))["corpus"]

@@ -473,13 +473,24 @@ def test_own_findings_split_racechecks_findings_by_whose_kernel_they_are():
     nvjet = H200_NVJET
     race = lambda name: OWN_RACE.replace("fused_kernel(const float *, float *, int)", name)  # noqa: E731
     for name in ("void scaled_add<float, 256>(const T1 *, T1 *, int)", "void ns::bounded(float *)", "c_linkage",
-                 "_Z5plainPf", "_Z10void_firstPf", "_ZN2ns7boundedEPf"):
+                 "_Z5plainPf", "_Z10void_firstPf", "_ZN2ns7boundedEPf",
+                 # a kernel in an anonymous namespace (a review's find: "(" before the name), and a
+                 # __device__ helper the compiler did not inline, which racecheck may name
+                 "void (anonymous namespace)::bounded<(int)2>(float *)", "helper(float)", "_Z6helperf"):
         assert g11.own_findings(nvjet + race(name) + _summary(5), CUDA_SRC)[:2] == (1, 4), name
     for name in ("fused_kernel(const float *, float *, int)", "void plain_more(float *)", "_Z10plain_morePf",
-                 "at::native::reduce_kernel<512, 1>(float *)", "plain_x"):
+                 "at::native::reduce_kernel<512, 1>(float *)", "plain_x", "void (anonymous namespace)::plainer(float *)",
+                 "void my_plain(float *)", "_Z15scaled_add_moreIfEvPf"):
         assert g11.own_findings(race(name) + _summary(1), CUDA_SRC)[:2] == (0, 1), name
-    # a Triton kernel by its name's prefix
+    # a length prefix is not read inside a longer one (a review's find: own "add" in "13add_kernel")
+    add = "__global__ void add(float* x) { }\n__global__ void k(float* x) { }\n"
+    for name in ("_ZN2at6native13add_kernelEv", "_Z21kernel_of_someone_elsePf", "void at::native::add_kernel(float *)"):
+        assert g11.own_findings(race(name) + _summary(1), add)[:2] == (0, 1), name
+    assert g11.own_findings(race("_Z3addPf") + _summary(1), add)[:2] == (1, 0)
+    # a Triton kernel by its name, alone or before "_" (not every name that starts with its letters)
     assert g11.own_findings(race("add_kernel_0d1d2d") + _summary(1), TRITON_SRC)[:2] == (1, 0)
+    assert g11.own_findings(race("add_kernel") + _summary(1), TRITON_SRC)[:2] == (1, 0)
+    assert g11.own_findings(race("add_kernelx(float *)") + _summary(1), TRITON_SRC)[:2] == (0, 1)
     # an access line that does not parse may be the candidate's
     assert g11.own_findings(race("fused_kernel").replace("+0x3f0", " somewhere") + _summary(1), CUDA_SRC)[:2] == (1, 0)
     split = g11.own_findings(nvjet + race("plain(float *)") + _summary(5), CUDA_SRC)

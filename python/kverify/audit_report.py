@@ -46,6 +46,10 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 def load(journals: list[str]) -> list[dict]:
     """Kernel records with their gates, from one or more journals (ids must not repeat)."""
     out: dict[str, dict] = {}
+    given = [Path(p).resolve() for p in journals]
+    twice = sorted({str(p) for p in given if given.count(p) > 1})
+    if twice:
+        raise UsageError(f"{twice[0]}: given more than once")
     for path in journals:
         if not Path(path).is_file():
             raise UsageError(f"{path}: " + ("is a directory, not a journal file" if Path(path).is_dir()
@@ -65,13 +69,13 @@ def load(journals: list[str]) -> list[dict]:
     return sorted(out.values(), key=lambda k: k["id"])
 
 
-#: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` and ``forgotten``
-#: tables, the first that applies: taken out by ``--redo`` and not judged again; set aside after
-#: running out of GPU memory beside other checks (journal.OOM_TRY); booked for a whole GPU (on one
-#: GPU it waits until no other row is left); its check started in some run and never ended there
-#: (the run's time limit, a kill); no try recorded
+#: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` since the row
+#: was last taken out by ``--redo`` (``forgotten``), the first that applies: set aside after running
+#: out of GPU memory beside other checks (journal.OOM_TRY); booked for a whole GPU (on one GPU it
+#: waits until no other row is left); its check started in some run and never ended there (the
+#: run's time limit, a kill); taken out by ``--redo`` and not tried since; no try recorded
 WHY_NOT_JOURNALLED = {
-    "forgotten": "taken out by --redo, not judged again yet",
+    "forgotten": "taken out by --redo, not tried since",
     "oom": "out of GPU memory beside other checks: to run alone",
     "whole": "booked for a whole GPU: runs once nothing else is left",
     "started": "check started, never finished (a run's time limit or kill)",
@@ -81,39 +85,61 @@ WHY_NOT_JOURNALLED = {
 
 def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dict:
     """The rows of ``corpus`` (a corpus JSONL, kverify.corpus.iter_rows) without a record in
-    ``kernels`` (load(journals)), each with why (WHY_NOT_JOURNALLED, from every journal's ``tries``
-    and ``forgotten`` tables) and how many times a run tried it. Returns {"file", "rows" (the
-    corpus's), "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason",
-    "tries"}] in corpus order}. Raises LoadError for a bad corpus line, UsageError where a
-    journalled row is not in the corpus (journals of another corpus)."""
+    ``kernels`` (load(journals)), each with why (WHY_NOT_JOURNALLED, from the journals' ``tries`` and
+    ``forgotten`` tables: the tries since the row was last taken out by ``--redo``, else that) and
+    how many such tries. Only the rows of the journals' shards count where every journal's runs
+    say theirs (``runs.options["shard"]``, all of one n): a report of some shards does not list the
+    others' rows. Returns {"file", "rows" (the corpus's rows of those shards), "shards" (None: all),
+    "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason", "tries"}]
+    in corpus order}. Raises LoadError for a bad corpus line, UsageError for an id two corpus rows
+    share or a journalled row that is not in the corpus (journals of another corpus)."""
     from kverify.corpus import default_id, iter_rows
     from kverify.journal import OOM_TRY
 
-    ids = [r.get("id", default_id(corpus, p)) for p, (_, r) in enumerate(iter_rows(corpus))]
+    ids, seen = [], {}
+    for p, (line, r) in enumerate(iter_rows(corpus)):
+        i = r.get("id", default_id(corpus, p))
+        if i in seen:
+            raise UsageError(f"{corpus}:{line}: field 'id': {i!r} is also the id of line {seen[i]}")
+        seen[i] = line
+        ids.append(i)
     done = {k["id"] for k in kernels}
     stray = sorted(done - set(ids))
     if stray:
         raise UsageError(f"{corpus}: {len(stray)} journalled row(s) are not in this corpus, e.g. "
                          f"{', '.join(stray[:3])}: the journals are of another corpus")
-    tries: dict[str, list[str]] = defaultdict(list)
-    forgotten: set[str] = set()
+    tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    forgotten: dict[str, float] = {}
+    shards: set[tuple[int, int]] | None = set()
     for path in journals:
         j = Journal(path, readonly=True)
-        for kid, _at, what in j.select("tries"):
-            tries[kid].append(what or "")
-        forgotten |= {r[0] for r in j.select("forgotten")}
+        for kid, at, what in j.select("tries"):
+            tries[kid].append((at, what or ""))
+        for r in j.select("forgotten"):
+            at = r[5] if len(r) > 5 and isinstance(r[5], (int, float)) else 0.0  # column `at` (older: none)
+            forgotten[r[0]] = max(forgotten.get(r[0], 0.0), at)  # its last --redo
+        specs = [json.loads(o).get("shard") for _, o in j.select("runs")]
+        if shards is not None and specs and all(isinstance(x, str) and re.fullmatch(r"\d+/\d+(,\d+/\d+)*", x) for x in specs):
+            shards |= {tuple(map(int, one.split("/"))) for x in specs for one in x.split(",")}
+        else:  # a journal that does not say its shards: the whole corpus
+            shards = None
         j.close()
+    if shards and len({n for _, n in shards}) == 1 and len(shards) < next(iter(shards))[1]:
+        n = next(iter(shards))[1]
+        ids = [i for p, i in enumerate(ids) if (p % n, n) in shards]
+    else:
+        shards = None
     missing = []
     for i in ids:
         if i in done:
             continue
-        w = tries.get(i, [])
-        key = ("forgotten" if i in forgotten else "oom" if OOM_TRY in w
-               else "whole" if any(x.startswith("booked whole") for x in w)
-               else "started" if w else "never")
+        w = [what for at, what in tries.get(i, []) if at >= forgotten.get(i, 0.0)]  # since its last --redo
+        key = ("oom" if OOM_TRY in w else "whole" if any(x.startswith("booked whole") for x in w)
+               else "started" if w else "forgotten" if i in forgotten else "never")
         missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key], "tries": sum(x != OOM_TRY for x in w)})
     reasons = Counter(m["reason"] for m in missing)
-    return {"file": str(corpus), "rows": len(ids), "journalled": len(ids) - len(missing), "not_journalled": len(missing),
+    return {"file": str(corpus), "rows": len(ids), "shards": sorted(f"{a}/{b}" for a, b in shards) if shards else None,
+            "journalled": len(ids) - len(missing), "not_journalled": len(missing),
             "reasons": {r: reasons[r] for r in WHY_NOT_JOURNALLED.values() if reasons[r]}, "missing": missing}
 
 
@@ -272,12 +298,13 @@ def markdown(rep: dict) -> str:
     L = [f"# kverify audit report\n\n{rep['kernels']} kernels, {rep['judged']} judged.\n"]
     c = rep.get("corpus")
     if c:  # kverify report --corpus: the rows not journalled yet, with why
-        L.append(f"Of the {c['rows']} rows of `{c['file']}`, {c['journalled']} are journalled and {c['not_journalled']} "
+        of = f"rows of `{c['file']}`" + (f" in shard(s) {', '.join(c['shards'])}" if c.get("shards") else "")
+        L.append(f"Of the {c['rows']} {of}, {c['journalled']} are journalled and {c['not_journalled']} "
                  "are not (yet); the class rates below are of the journalled rows only.\n")
         if c["missing"]:
             L += ["| not journalled, why | rows |", "|---|---|"] + [f"| {r} | {n} |" for r, n in c["reasons"].items()]
             L += ["\n| row not journalled | why | tries (runs that started its check or set it aside) |", "|---|---|---|"]
-            L += [f"| {m['id']} | {m['reason']} | {m['tries']} |" for m in c["missing"]]
+            L += [f"| {str(m['id']).replace('|', '/')} | {m['reason']} | {m['tries']} |" for m in c["missing"]]
             L.append("")
     L += ["## Classes\n",
          "BROKEN, VIOLATION and CLEAN are rates of the judged kernels; COMPILE_ERROR and UNJUDGED are rates "

@@ -487,21 +487,24 @@ def _finding_blocks(text: str) -> list[list[str]] | None:
 _ACCESS_NAME = re.compile(r"\baccess at (.+?)\+0x[0-9a-fA-F]+")
 
 
-def _base_name(name: str) -> str:
-    """A kernel's identifier in racecheck's NAME (_ACCESS_NAME) when demangled: without its return
-    type, namespaces, template arguments and parameters ("void ns::k<float>(float *)" -> "k"); a
-    plain symbol as it is."""
-    head = name.split("(", 1)[0].split("<", 1)[0].strip()
-    return head.split()[-1].rsplit("::", 1)[-1] if head else ""
+#: a ``__device__`` function the source defines (its name before the parameter list): racecheck may
+#: name an access by the function that holds the instruction, a helper the compiler did not inline
+_DEVICE_FN = re.compile(r"__device__\b[^;{}()]*?\b([A-Za-z_]\w*)\s*\(")
 
 
 def _is_own(name: str, source: str) -> bool:
-    """Is the kernel racecheck names ``name`` (_ACCESS_NAME) one of the candidate's own (``source``;
-    kernel_filters' rule): a CUDA kernel by its demangled or plain name, or its length-prefixed
-    name inside a mangled one; a Triton kernel by its name's prefix."""
-    cuda, base = _cuda_kernels(source), _base_name(name)
-    return (base in cuda or (name.startswith("_Z") and any(f"{len(n)}{n}" in name for n in cuda))
-            or any(name.startswith(n) for n in set(_TRITON_KERNEL.findall(source))))
+    """Is the function racecheck names ``name`` (_ACCESS_NAME) the candidate's (``source``): one of its
+    CUDA kernels or ``__device__`` functions as an identifier of a demangled name (after a space or
+    "::", before "<", "(" or the end: "void (anonymous namespace)::k<float>(float *)"), or its
+    length-prefixed name inside a mangled one (not after another digit: "13add" is not "3add"); a
+    Triton kernel by its name, alone or before "_" (Triton's older suffixes). A kernel of another's
+    with the same identifier (PyTorch's ``elementwise_kernel`` for a candidate's own of that name)
+    counts as the candidate's: never a missed finding, at worst one too many, as with the filters."""
+    own = _cuda_kernels(source) | set(_DEVICE_FN.findall(source))
+    if name.startswith("_Z"):
+        return any(re.search(rf"(?<!\d){len(n)}{re.escape(n)}", name) for n in own)
+    return (any(re.search(rf"(?:^|[\s:]){re.escape(n)}(?:<|\(|$)", name) for n in own)
+            or any(name == n or name.startswith(n + "_") for n in set(_TRITON_KERNEL.findall(source))))
 
 
 def own_findings(text: str, source: str) -> tuple[int, int, str, str] | None:
