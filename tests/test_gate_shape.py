@@ -105,6 +105,25 @@ def test_a_candidate_made_for_its_own_shape_keeps_the_gates_there(tmp_path, name
     assert all(g["verdict"] == "PASS" for g in by.values()), by  # at its own shape it is right
 
 
+def test_g05_takes_the_probes_failure_as_its_failing_variant_and_shrinks_it(tmp_path):
+    """A candidate silently wrong at the gates' small shape (the probe) fails G05 there without G05's
+    own search, shrunk from that shape; one that raises there (a clear error) and a correct one get
+    G05's search (rules 2026-12-04.10)."""
+    rep, by = _check(tmp_path, "wrong_elsewhere", gates=["G01", "G05"])
+    g05 = by["G05"]
+    assert g05["verdict"] == "FAIL", g05
+    variants = g05["evidence"]["variants"]
+    assert len(variants) == 1 and variants[0]["binding"] == {"batch_size": 64, "dim": 67}, variants
+    assert "probe" in variants[0]["reason"] and variants[0]["bound_ratio"] > 1
+    shrunk = g05["evidence"]["shrunk"]
+    assert shrunk["from"] == {"batch_size": 64, "dim": 67} and shrunk["steps"] >= 1
+    assert shrunk["binding"]["batch_size"] * shrunk["binding"]["dim"] < 64 * 67, shrunk
+    for name in ("own_only", "correct"):
+        _, by = _check(tmp_path, name, gates=["G01", "G05"])
+        assert len(by["G05"]["evidence"]["variants"]) > 10 and by["G05"]["verdict"] == "PASS", (name, by["G05"])
+        assert all("probe" not in v.get("reason", "") for v in by["G05"]["evidence"]["variants"])
+
+
 def test_small_inputs_and_no_free_dimensions_keep_the_own_shape(tmp_path):
     from kverify.examples import ROOT
 

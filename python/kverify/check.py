@@ -25,6 +25,7 @@ from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import SMALL_INPUTS, Context, accuracy_run, spec_numel
+from kverify.gates.g05_shapes import PROBE as G05_PROBE
 from kverify.problem import Oracle, Problem
 from kverify.sandbox import Sandbox
 
@@ -208,7 +209,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-04.9"  # .9: racecheck checking every kernel prints up to 1000 findings (g11_memory_safety.LIBRARY_PRINT_LIMIT; 20 before), so that library_findings can see them all, and .8's second run counts only findings in the candidate's own kernels (own_findings; added in stop 38: no .9 row took that run); .8: G11 runs racecheck once more on every kernel when its run filtered to the candidate's own kernels failed inside the tool with no finding (g11_memory_safety.RETRY_EVERY_KERNEL); .7: G11 does not count racecheck's findings that are all inside cuBLAS's Hopper GEMMs (nvjet_sm*) where it checked every kernel (g11_memory_safety.library_findings), and takes kernels of TileLang, the CuTe DSL, Warp, PyCUDA and cuda.core as not known for sure (kernel_scope None: no corpus row changes); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
+RULES = "2026-12-04.10"  # .10: G05 takes the check's small-shape probe, where the candidate was silently wrong (not accurate by the G02 rule), as its failing variant and searches no further, shrinking from it (g05_shapes.PROBE): every row so far with that probe result failed G05 (56) or had G05 cut by the row budget (14), its search being around the own shape; .9: racecheck checking every kernel prints up to 1000 findings (g11_memory_safety.LIBRARY_PRINT_LIMIT; 20 before), so that library_findings can see them all, and .8's second run counts only findings in the candidate's own kernels (own_findings; added in stop 38: no .9 row took that run); .8: G11 runs racecheck once more on every kernel when its run filtered to the candidate's own kernels failed inside the tool with no finding (g11_memory_safety.RETRY_EVERY_KERNEL); .7: G11 does not count racecheck's findings that are all inside cuBLAS's Hopper GEMMs (nvjet_sm*) where it checked every kernel (g11_memory_safety.library_findings), and takes kernels of TileLang, the CuTe DSL, Warp, PyCUDA and cuda.core as not known for sure (kernel_scope None: no corpus row changes); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (an oracle run per input and parameter, the candidate's outputs compared bit by bit), G10
@@ -230,7 +231,8 @@ def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
     own worker: only if it returns outputs that pass G02's accuracy rule there do those gates use
     that shape. A candidate made for the own shape alone (it raises, or computes something else,
     at other sizes) keeps them at the own shape, where it was accepted; its shape limits are
-    G05's to judge. The probe counts towards the check's budget; a budget spent before it ends,
+    G05's to judge, and one silently wrong there (the accuracy rule FAILs) has G05's failing variant
+    already (ctx.cache[G05_PROBE]: G05 then searches no further, g05_shapes.plan). The probe counts towards the check's budget; a budget spent before it ends,
     or any failure of kverify's own, keeps the own shape too."""
     if not any(g in SMALL_SHAPE_GATES for g in gate_ids):
         return {"binding": None, "why": "no gate of the check runs at a small shape"}
@@ -251,7 +253,12 @@ def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
             return {"binding": None, "why": f"probe at {b}: the candidate raised {what[:200]}"}
         oracle, ref = ctx.expected(job)
         run, bad = accuracy_run(job, o.result, oracle, ref)
-        verdict = engine.judge("G02", {"runs": [run]})["verdict"] if run is not None else "FAIL"
+        g02 = engine.judge("G02", {"runs": [run]}) if run is not None else None
+        verdict = g02["verdict"] if g02 is not None else "FAIL"
+        if bad or verdict == "FAIL":  # silently wrong at a shape the reference runs: G05's finding (G05_PROBE)
+            ctx.cache[G05_PROBE] = {"binding": b, "elements": spec_numel(ctx.specs_at(b)), "verdict": "FAIL",
+                                    "reason": f"the check's probe at the gates' small shape: {bad or g02['summary']}"[:300],
+                                    "bound_ratio": 1e300 if bad or g02 is None else g02["bound_ratio"]}
         if bad or verdict != "PASS":
             return {"binding": None, "why": f"probe at {b}: not accurate there ({bad or 'G02 rule: ' + verdict})"}
     except BudgetSpent as e:

@@ -15,6 +15,12 @@ anything is built). A silently wrong variant fails, and is shrunk to the smalles
 (passes: dimension -> 1, -> nearest smaller small prime, halve, minus one; Hypothesis-style).
 Catches: sizes hard-coded with #define, missing bounds checks on the last tile, vectorised loads
 that assume divisibility by 4/8, grid sizes computed for the default shape only.
+When the check's probe (kverify.check._gate_shape) found the candidate silently wrong at the gates'
+small shape (the accuracy rule FAILs there), that shape is G05's failing variant (PROBE) and no
+other variant is tried; the failure is shrunk from it. That small shape is a binding of the free
+dimensions the reference runs at, as every variant here is. Audit evidence (stop 38, 929-row corpus,
+rules before 2026-12-04.10): of the 70 rows with that probe result, 56 failed G05 by its own
+search around the own shape and 14 had it cut by the row budget; none passed it.
 Controls: controls/g05_*.
 """
 from __future__ import annotations
@@ -131,7 +137,15 @@ def _job(ctx: Context, b: dict) -> dict:
     return ctx.job_at("run", f"G05/{_key(b)}", b, ctx.specs_at(b))
 
 
+#: ctx.cache key of the check's probe record when the candidate was silently wrong at the gates'
+#: small shape (kverify.check._gate_shape writes it): a variant record, verdict FAIL
+PROBE = "G05/probe"
+
+
 def plan(ctx: Context) -> list[dict]:
+    if PROBE in ctx.cache:  # a failing variant already (module docstring): no search
+        ctx.cache["G05/variants"] = []
+        return []
     ctx.cache["G05/variants"] = [(b, _valid(ctx, b)) for b in variants(ctx)]
     return [_job(ctx, b) for b, why in ctx.cache["G05/variants"] if why is None]
 
@@ -244,7 +258,7 @@ def _forget_models(ctx: Context, bindings: list[dict]) -> None:
 
 
 def _judge_outcomes(ctx: Context, outcomes: dict) -> dict:
-    recs = []
+    recs = [ctx.cache[PROBE]] if PROBE in ctx.cache else []
     for b, why in ctx.cache["G05/variants"]:
         if why is not None:
             recs.append({"binding": b, "elements": 0, "verdict": "SKIPPED", "reason": why})
