@@ -39,6 +39,10 @@ CANDIDATES = {
     "own_only": "        assert x.shape[1] == 4099, 'built for dim 4099'\n        return torch.relu(x)\n",
     # silently wrong at any other shape: the probe must see it and keep the own shape
     "wrong_elsewhere": "        return torch.relu(x) if x.shape[1] == 4099 else torch.relu(x) * 0.5\n",
+    # the same, but a few times its bound only, and a crash at dim 1 (a review's case: G05's search must
+    # still find the crash, which makes the row BROKEN)
+    "slightly_wrong_elsewhere": "        import os, signal\n        if x.shape[1] == 1:\n            os.kill(os.getpid(), signal.SIGSEGV)\n"
+                                "        return torch.relu(x) if x.shape[1] == 4099 else torch.relu(x) * (1 + 5e-6)\n",
     # NaN -> 0: G03 catches it
     "nan_to_zero": "        return torch.nan_to_num(torch.relu(x), nan=0.0)\n",
     # NaN -> 0 only on a path for large inputs: G03 must see the own shape to catch it
@@ -106,9 +110,10 @@ def test_a_candidate_made_for_its_own_shape_keeps_the_gates_there(tmp_path, name
 
 
 def test_g05_takes_the_probes_failure_as_its_failing_variant_and_shrinks_it(tmp_path):
-    """A candidate silently wrong at the gates' small shape (the probe) fails G05 there without G05's
-    own search, shrunk from that shape; one that raises there (a clear error) and a correct one get
-    G05's search (rules 2026-12-04.10)."""
+    """A candidate silently wrong at the gates' small shape (the probe) past SETTLED_RATIO times its
+    bound fails G05 there without G05's own search, shrunk from that shape; one wrong there by a few
+    times its bound gets the search as well, which finds its crash; one that raises there (a clear
+    error) and a correct one get G05's search alone (rules 2026-12-04.10)."""
     rep, by = _check(tmp_path, "wrong_elsewhere", gates=["G01", "G05"])
     g05 = by["G05"]
     assert g05["verdict"] == "FAIL", g05
@@ -118,6 +123,15 @@ def test_g05_takes_the_probes_failure_as_its_failing_variant_and_shrinks_it(tmp_
     shrunk = g05["evidence"]["shrunk"]
     assert shrunk["from"] == {"batch_size": 64, "dim": 67} and shrunk["steps"] >= 1
     assert shrunk["binding"]["batch_size"] * shrunk["binding"]["dim"] < 64 * 67, shrunk
+    from kverify.audit_report import SWEEP
+    from kverify.gates.g05_shapes import SETTLED_RATIO
+    assert variants[0]["bound_ratio"] > SETTLED_RATIO >= max(SWEEP) and SETTLED_RATIO >= 100
+    rep, by = _check(tmp_path, "slightly_wrong_elsewhere", gates=["G01", "G05"])
+    g05 = by["G05"]
+    variants = g05["evidence"]["variants"]
+    assert "probe" in variants[0]["reason"] and 1 < variants[0]["bound_ratio"] <= SETTLED_RATIO, variants[0]
+    assert len(variants) > 10 and any(v["binding"]["dim"] == 1 and v["bound_ratio"] > 1e100 for v in variants[1:])
+    assert g05["verdict"] == "FAIL" and g05["bound_ratio"] > 1e100 and rep["class"] == "BROKEN", g05
     for name in ("own_only", "correct"):
         _, by = _check(tmp_path, name, gates=["G01", "G05"])
         assert len(by["G05"]["evidence"]["variants"]) > 10 and by["G05"]["verdict"] == "PASS", (name, by["G05"])
