@@ -254,7 +254,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     Raises:
         UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
     """
-    from kverify.corpus import default_id, iter_rows
+    from kverify.corpus import identified_rows
 
     try:  # its check processes apply it (_task): a bad value must stop the audit, not every row
         cuda_schedule.validate()
@@ -276,18 +276,13 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     rank = {i: k for k, (i, _) in enumerate(shards)}  # the order the shards were named in
     rows = []
     shard_of: dict[str, int] = {}  # row id -> its shard's i
-    seen: dict[str, int] = {}
     place: dict[str, int] = {}  # every row id -> its position (its shard: place % n)
-    for p, (line, r) in enumerate(iter_rows(corpus)):
-        r.setdefault("id", default_id(corpus, p))  # CUDA-L1 records carry no id
-        if r["id"] in seen:  # the journal's key: a repeat would be skipped or collide
-            raise UsageError(f"{corpus}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
-        seen[r["id"]] = line
+    for p, _, r in identified_rows(corpus):
         place[r["id"]] = p
         if p % n in rank and (ids is None or r["id"] in ids):
             rows.append(r)
             shard_of[r["id"]] = p % n
-    if not seen:  # before the journal is made: nothing to audit is a mistake, not an empty result
+    if not place:  # before the journal is made: nothing to audit is a mistake, not an empty result
         raise UsageError(f"{corpus}: no rows (an empty corpus)")
     if ids is not None and not rows:
         raise UsageError(f"{corpus}: no row of shard {spec} has the id(s) {', '.join(ids)}")

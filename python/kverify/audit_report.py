@@ -93,16 +93,11 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason", "tries"}]
     in corpus order}. Raises LoadError for a bad corpus line, UsageError for an id two corpus rows
     share or a journalled row that is not in the corpus (journals of another corpus)."""
-    from kverify.corpus import default_id, iter_rows
+    from kverify.audit import parse_shards
+    from kverify.corpus import identified_rows
     from kverify.journal import OOM_TRY
 
-    ids, seen = [], {}
-    for p, (line, r) in enumerate(iter_rows(corpus)):
-        i = r.get("id", default_id(corpus, p))
-        if i in seen:
-            raise UsageError(f"{corpus}:{line}: field 'id': {i!r} is also the id of line {seen[i]}")
-        seen[i] = line
-        ids.append(i)
+    ids = [r["id"] for _, _, r in identified_rows(corpus)]
     done = {k["id"] for k in kernels}
     stray = sorted(done - set(ids))
     if stray:
@@ -119,9 +114,12 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
             at = r[5] if len(r) > 5 and isinstance(r[5], (int, float)) else 0.0  # column `at` (older: none)
             forgotten[r[0]] = max(forgotten.get(r[0], 0.0), at)  # its last --redo
         specs = [json.loads(o).get("shard") for _, o in j.select("runs")]
-        if shards is not None and specs and all(isinstance(x, str) and re.fullmatch(r"\d+/\d+(,\d+/\d+)*", x) for x in specs):
-            shards |= {tuple(map(int, one.split("/"))) for x in specs for one in x.split(",")}
-        else:  # a journal that does not say its shards: the whole corpus
+        try:
+            if shards is not None and specs and all(isinstance(x, str) for x in specs):
+                shards |= {sh for x in specs for sh in parse_shards(x)}
+            else:  # a journal that does not say its shards: the whole corpus
+                shards = None
+        except UsageError:  # nor one whose runs name them unreadably
             shards = None
         j.close()
     if shards and len({n for _, n in shards}) == 1 and len(shards) < next(iter(shards))[1]:

@@ -232,8 +232,9 @@ def _gate_shape(ctx: Context, sandbox: Sandbox, gate_ids: list[str]) -> dict:
     that shape. A candidate made for the own shape alone (it raises, or computes something else,
     at other sizes) keeps them at the own shape, where it was accepted; its shape limits are
     G05's to judge, and one silently wrong there (the accuracy rule FAILs) has a failing variant of
-    G05's already (ctx.cache[G05_PROBE]; g05_shapes.plan: past SETTLED_RATIO no further search). The probe counts towards the check's budget; a budget spent before it ends,
-    or any failure of kverify's own, keeps the own shape too."""
+    G05's already (ctx.cache[G05_PROBE]; g05_shapes.plan: past SETTLED_RATIO no further search).
+    The probe counts towards the check's budget; a budget spent before it ends, or any failure of
+    kverify's own, keeps the own shape too."""
     if not any(g in SMALL_SHAPE_GATES for g in gate_ids):
         return {"binding": None, "why": "no gate of the check runs at a small shape"}
     if spec_numel(ctx.specs) <= SMALL_INPUTS:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kverify.errors import LoadError
+from kverify.errors import LoadError, UsageError
 
 @dataclass
 class CorpusRow:
@@ -49,6 +49,20 @@ def default_id(file: str, position: int) -> str:
     path as typed: ./c.jsonl and c.jsonl must resume the same journal) and the row's 0-based
     ``position`` among the file's rows (blank lines not counted)."""
     return f"{Path(file).name}:row{position}"
+
+
+def identified_rows(file: str):
+    """Yield (position, line number, row dict) for each row of ``file`` (iter_rows), its ``id`` set
+    (default_id where it carries none): the journal's key. Raises LoadError as iter_rows does, and
+    UsageError naming the file, the line and the earlier line for an id two rows share (a repeat
+    would be skipped or collide in the journal)."""
+    seen: dict = {}
+    for p, (line, r) in enumerate(iter_rows(file)):
+        r.setdefault("id", default_id(file, p))
+        if r["id"] in seen:
+            raise UsageError(f"{file}:{line}: field 'id': {r['id']!r} is also the id of line {seen[r['id']]}")
+        seen[r["id"]] = line
+        yield p, line, r
 
 
 #: fields the journal and report keep (kverify.journal.Journal.record), with their JSON types;

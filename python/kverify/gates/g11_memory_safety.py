@@ -492,19 +492,18 @@ _ACCESS_NAME = re.compile(r"\baccess at (.+?)\+0x[0-9a-fA-F]+")
 _DEVICE_FN = re.compile(r"__device__\b[^;{}()]*?\b([A-Za-z_]\w*)\s*\(")
 
 
-def _is_own(name: str, source: str) -> bool:
-    """Is the function racecheck names ``name`` (_ACCESS_NAME) the candidate's (``source``): one of its
-    CUDA kernels or ``__device__`` functions as an identifier of a demangled name (after a space or
-    "::", before "<", "(" or the end: "void (anonymous namespace)::k<float>(float *)"), or its
+def _is_own(name: str, own: set[str], triton: set[str]) -> bool:
+    """Is the function racecheck names ``name`` (_ACCESS_NAME) the candidate's: one of its CUDA
+    kernels or ``__device__`` functions (``own``) as an identifier of a demangled name (after a space
+    or "::", before "<", "(" or the end: "void (anonymous namespace)::k<float>(float *)"), or its
     length-prefixed name inside a mangled one (not after another digit: "13add" is not "3add"); a
-    Triton kernel by its name, alone or before "_" (Triton's older suffixes). A kernel of another's
-    with the same identifier (PyTorch's ``elementwise_kernel`` for a candidate's own of that name)
-    counts as the candidate's: never a missed finding, at worst one too many, as with the filters."""
-    own = _cuda_kernels(source) | set(_DEVICE_FN.findall(source))
+    Triton kernel (``triton``) by its name, alone or before "_" (Triton's older suffixes). A kernel of
+    another's with the same identifier (PyTorch's ``elementwise_kernel`` for a candidate's own of that
+    name) counts as the candidate's: never a missed finding, at worst one too many, as with the filters."""
     if name.startswith("_Z"):
         return any(re.search(rf"(?<!\d){len(n)}{re.escape(n)}", name) for n in own)
     return (any(re.search(rf"(?:^|[\s:]){re.escape(n)}(?:<|\(|$)", name) for n in own)
-            or any(name == n or name.startswith(n + "_") for n in set(_TRITON_KERNEL.findall(source))))
+            or any(name == n or name.startswith(n + "_") for n in triton))
 
 
 def own_findings(text: str, source: str) -> tuple[int, int, str, str] | None:
@@ -519,10 +518,12 @@ def own_findings(text: str, source: str) -> tuple[int, int, str, str] | None:
     blocks = _finding_blocks(text)
     if blocks is None or len(blocks) >= LIBRARY_PRINT_LIMIT:
         return None
+    mine, triton = _cuda_kernels(source) | set(_DEVICE_FN.findall(source)), set(_TRITON_KERNEL.findall(source))
     own, first_own, first_other = 0, "", ""
     for b in blocks:
         names = [n for ln in b for n in _ACCESS_NAME.findall(ln)]
-        if not names or len(names) != sum(ln.count("access at") for ln in b) or any(_is_own(n, source) for n in names):
+        if (not names or len(names) != sum(ln.count("access at") for ln in b)
+                or any(_is_own(n, mine, triton) for n in names)):
             own, first_own = own + 1, first_own or b[0].strip()
         else:
             first_other = first_other or b[0].strip()
