@@ -119,7 +119,15 @@ if checks:
           f"median CPU {statistics.median(c[1] for c in checks):.0f} s")
 if builds:
     print(f"builds: {len(builds)}; median {statistics.median(builds):.0f} s")
-print("out-of-memory deferrals:", text.count("out of GPU memory"))
+print("out-of-memory deferrals:", text.count("out of GPU memory"), "(over the row's own cap:",
+      str(text.count("over its own cap")) + ")")  # the rest: beside other checks, or alone
+# the largest GPU memory a check's own process held against its booking (kverify.audit.check_cap_mib)
+gpu = sorted((float(g) / float(n), rid, g, n) for rid, g in
+             re.findall(r"^ *[\d.]+s [A-Z_]+ +[\d.]+s (\S+) .*\[check .*own GPU ([\d.]+) GiB", text, re.M)
+             for n in re.findall(r"need (\d+) GiB " + re.escape(rid) + r"\b", text)[-1:] if float(n) > 0)
+if gpu:
+    print(f"GPU memory: highest own-process peak / booking {gpu[-1][0]:.1f} ({gpu[-1][1]}: {gpu[-1][2]} of "
+          f"{gpu[-1][3]} GiB) of {len(gpu)}")
 # the host-memory guard: its waits, and each check process's peak against what it expected of the
 # row (kverify.audit.host_need_mib, from the sizes its build logged, rounded to 0.01 GiB; outputs
 # of 0.00 as the inputs, as the audit takes uncounted ones): above 1, the estimate was too low

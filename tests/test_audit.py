@@ -364,6 +364,53 @@ def test_report_from_journal(corpus, whole, tmp_path):
     assert "Wilson" in (out / "report.md").read_text()
 
 
+def test_a_row_over_its_own_gpu_cap_is_booked_whole_until_judged_or_taken_out(corpus, tmp_path):
+    """Journal.capped: the rows set aside over their own GPU memory cap (OOM_CAP_TRY) and not
+    journalled since, none once judged or taken out by --redo after it; the note is no try of its own
+    (Journal.tries), and kverify report --corpus gives it as the row's reason before any other."""
+    from kverify.audit_report import WHY_NOT_JOURNALLED, write_report
+    from kverify.corpus import iter_rows
+    from kverify.journal import OOM_CAP_TRY, OOM_TRY
+
+    rows = {r["id"]: r for _, r in iter_rows(str(corpus))}
+    j = Journal(tmp_path / "j.sqlite")
+    for rid in ("ex/g07_inplace", "ex/broken", "ex/correct", "ex/g03_fmax"):
+        j.note_try(rid, "check started")
+        j.note_try(rid, OOM_CAP_TRY)
+    j.note_try("ex/g07_inplace", OOM_TRY)  # also beside others in another run: the cap says more
+    j.note_try("ex/g08_tail_unwritten", OOM_TRY)  # its neighbours' memory, not its own cap: not booked whole
+    j.note_try("ex/g08_tail_unwritten", None)  # a try without a note (none is written so now): still a try
+    j.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")  # judged since
+    j.forget(["ex/correct"], "kverify audit --redo")  # and taken out: a fresh start
+    j.record(rows["ex/g03_fmax"], None, "COMPILE_ERROR", "x")
+    assert j.capped() == {"ex/g07_inplace", "ex/broken"}
+    # the check starts only (ex/correct's before its --redo)
+    assert j.tries() == {"ex/g07_inplace": 1, "ex/broken": 1, "ex/g08_tail_unwritten": 1}
+    j.close()
+    c = write_report([str(tmp_path / "j.sqlite")], str(tmp_path / "rep"), str(corpus))["corpus"]
+    why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
+    assert why["ex/g07_inplace"] == (WHY_NOT_JOURNALLED["capped"], 1)
+    assert why["ex/broken"] == (WHY_NOT_JOURNALLED["capped"], 1)
+    assert why["ex/g08_tail_unwritten"] == (WHY_NOT_JOURNALLED["oom"], 1)
+
+
+def test_the_audit_books_the_rows_its_journal_saw_over_their_cap_whole(corpus, tmp_path, monkeypatch):
+    """run_audit hands Journal.capped()'s rows to the scheduler (_pipeline's capped_before), which
+    books them for a whole GPU (tests/test_audit_schedule.py)."""
+    import kverify.audit as audit_mod
+    from kverify.journal import OOM_CAP_TRY
+
+    path = tmp_path / "j.sqlite"
+    j = Journal(path)
+    j.note_try("ex/g07_inplace", "check started")
+    j.note_try("ex/g07_inplace", OOM_CAP_TRY)
+    j.close()
+    seen = {}
+    monkeypatch.setattr(audit_mod, "_pipeline", lambda *a, **k: seen.update(k))
+    audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1)
+    assert seen["capped_before"] == {"ex/g07_inplace"}
+
+
 def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_path):
     """kverify report --corpus: each corpus row without a record is counted once, with why, from the
     journals' tries and forgotten tables; the set-aside note (OOM_TRY) is no try of its own."""

@@ -19,15 +19,21 @@ class World:
     """Fake processes, clock and nvidia-smi for one _pipeline run."""
 
     def __init__(self, spec):
-        self.spec = spec  # row id -> {"inputs": bytes, "outputs": bytes, "params": bytes, "check_s": s, "oom_first": bool}
+        self.spec = spec  # row id -> {"inputs": bytes, "outputs": bytes, "params": bytes, "check_s": s, "oom_first": bool,
+        #                               "over_cap": bool (its first out-of-memory is over its own cap)}
         self.now = 0.0
         self.procs = {}
         self.ids = itertools.count(1000)
         self.oomed = set()
         self.trace = []  # (time, "start"/"end", stage kind, row id, gpu, serial)
+        self.caps = []  # (stage kind, row id, serial, GPU memory cap in MiB or None) of every start
         self.peak_host = 0
         self.external = 0
         self.host_memory = lambda: None
+
+    def tries_of(self, what: str) -> list:
+        """Ids of the rows noted ``what`` (note_try), once per note."""
+        return [r for r, w in self.tries if w == what]
 
     def measure(self):
         mem = self.host_memory()
@@ -56,7 +62,12 @@ class World:
                 res = ["ok", "", 1.0, s["inputs"], s["params"], s["outputs"], 0.0]
             elif s["oom_first"] and p.row["id"] not in self.oomed and not p.serial:
                 self.oomed.add(p.row["id"])
-                res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0]
+                # the check process's own account (memory_wait.gpu_oom_status), as _task adds it on a GPU audit
+                status = {"ooms": 1, "over_cap": bool(s.get("over_cap"))}
+                if s.get("caught"):  # a gate caught the error and made a verdict of it: no mark in the record
+                    res = [None, "BROKEN", "", 1.0, 0.0, status]
+                else:
+                    res = [None, "UNJUDGED", "CUDA out of memory", 1.0, 0.0, status]
             else:
                 res = [None, "CLEAN", "", 1.0, 0.0]
             with open(p.out, "w") as f:
@@ -70,7 +81,7 @@ class World:
 class FakeProcess:
     def __init__(self, world, args):
         self.world = world
-        self.kind, _, self.row, _, self.out, self.gpu, self.serial = args
+        self.kind, _, self.row, _, self.out, self.gpu, self.serial, self.cap = args
         self.sentinel = next(world.ids)
         self.exitcode = None
         self.pid = -1
@@ -81,6 +92,7 @@ class FakeProcess:
         w.procs[self.sentinel] = self
         self.t0 = w.now
         w.trace.append((w.now, "start", self.kind, self.row["id"], self.gpu, self.serial))
+        w.caps.append((self.kind, self.row["id"], self.serial, self.cap))
 
     def join(self):
         pass
@@ -90,15 +102,20 @@ class FakeProcess:
 
 
 def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None,
-        opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8, params=0):
+        opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8, params=0, over_cap=(),
+        capped_before=(), caught=()):
     """Rows r0..r{n-1}: 1 MiB of inputs, 8 GiB for those in ``big``; no outputs, ``out_gib`` GiB
     for those in ``big_out``; ``params`` bytes of parameters each. ``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
     it (kverify.audit.host_need_mib), growing to it over its first ``ramp_s`` seconds, until its
     end, and ``external`` MiB held by something else all along; the world's ``peak_host`` is the
-    most the audit took at once. Without it, no host memory reading (nothing held back)."""
+    most the audit took at once. Without it, no host memory reading (nothing held back). Rows in
+    ``over_cap`` (and ``oom``) run out of memory over their own cap at first, those in ``caught`` (and
+    ``oom``) with a record that does not say so (a gate caught it); ``capped_before``: the
+    rows an earlier run set aside so (_pipeline's capped_before)."""
     rnd = random.Random(seed)
     spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "outputs": out_gib * GIB if i in big_out else 0, "params": params,
-                      "check_s": rnd.uniform(*check_s), "oom_first": i in oom}
+                      "check_s": rnd.uniform(*check_s), "oom_first": i in oom, "over_cap": i in over_cap,
+                      "caught": i in caught}
             for i in range(n)}
     w = World(spec)
 
@@ -127,7 +144,8 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, c
     w.tries = []  # (row id, what) of every note_try
     audit._pipeline("corpus", [{"id": r} for r in spec], opts or {}, jobs, compile_jobs,
                     lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit,
-                    note_try=lambda row, what: w.tries.append((row["id"], what)))
+                    note_try=lambda row, what: w.tries.append((row["id"], what)),
+                    capped_before={f"r{i}" for i in capped_before})
     assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
     return w
 
@@ -396,3 +414,62 @@ def test_a_row_waiting_for_host_memory_is_not_passed_by_smaller_ones_for_ever(mo
     end = max(t for t, *_ in w.trace)
     r3 = min(t for t, ev, kind, rid, *_ in w.trace if ev == "start" and kind == "check" and rid == "r3")
     assert r3 < end / 2, (r3, end)
+
+
+@pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
+def test_checks_that_share_a_gpu_are_capped_at_their_booking_and_rows_alone_are_not(monkeypatch, gpus):
+    """Every check started beside others gets check_cap_mib of its booking as its own process's
+    GPU memory cap (stop 39: one row's oracle took 130 GiB of 139 and 12 neighbours ran out); a
+    re-run alone, a row booked whole and a build get none."""
+    w = run(monkeypatch, 24, gpus, 6, 3, 8, big={3}, oom={0, 7})
+    need = audit.check_need_mib(8, 2**20)  # 1 MiB of inputs, no outputs or parameters
+    for kind, rid, serial, cap in w.caps:
+        if kind == "build" or serial or rid == "r3":
+            assert cap is None, (kind, rid, serial)
+        else:
+            assert cap == audit.check_cap_mib(need, TOTAL_MIB) == 4 * need, (rid, cap)
+    assert any(serial for _, _, serial, _ in w.caps) and any(rid == "r3" for k, rid, _, _ in w.caps if k == "check")
+
+
+def test_no_cap_without_a_booking_or_past_the_gpu():
+    assert audit.check_cap_mib(20 * 1024, TOTAL_MIB) == 80 * 1024  # 4 x the booking
+    assert audit.check_cap_mib(1024, TOTAL_MIB) == 32 * 1024  # at least the floor
+    assert audit.check_cap_mib(40 * 1024, TOTAL_MIB) is None  # 160 GiB: past the GPU, no cap
+    assert audit.check_cap_mib(1024, 16 * 1024) is None  # a GPU smaller than the floor
+
+
+@pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
+def test_a_row_over_its_own_cap_is_noted_so_and_an_earlier_one_is_booked_whole(monkeypatch, gpus):
+    """A check that ran out of memory over its own cap is set aside to run alone like any other,
+    noted journal.OOM_CAP_TRY (later runs book it whole), its neighbours' out-of-memory OOM_TRY; a
+    row an earlier run noted so (capped_before) is booked for a whole GPU at once: never beside
+    another check, not serially, and on one GPU after every other row."""
+    w = run(monkeypatch, 20, gpus, 6, 3, 8, oom={2, 5}, over_cap={2}, capped_before={9})
+    assert sorted(w.tries_of(audit.OOM_CAP_TRY)) == ["r2"] and sorted(w.tries_of(audit.OOM_TRY)) == ["r5"]
+    assert not overlaps(w.trace, {"r9"})
+    r9 = [x for x in w.trace if x[3] == "r9" and x[2] == "check" and x[1] == "start"]
+    assert len(r9) == 1 and not r9[0][5]  # once, not serially
+    assert [c for k, rid, _, c in w.caps if k == "check" and rid == "r9"] == [None]  # the GPU is its own: no cap
+    if len(gpus) == 1:
+        others = [t for t, ev, kind, rid, gpu, serial in w.trace
+                  if kind == "check" and ev == "start" and rid not in ("r9", "r2", "r5") and not serial]
+        assert max(others) <= r9[0][0]
+
+
+@pytest.mark.parametrize("compile_jobs", [3, 0])
+def test_an_out_of_memory_error_a_gate_caught_still_sets_the_row_aside(monkeypatch, compile_jobs):
+    """A review's finds: a check whose own process ran out of memory (memory_wait.gpu_oom_status)
+    is run again alone even where its record does not say so (G03's limit probe read an error over
+    the cap as "nothing certified" and FAILed), and a row whose record is lost to a load error is
+    still known to have gone over its cap (the status, not the report, says so); without a build
+    step (--compile-jobs 0) a row an earlier run capped is booked whole all the same."""
+    w = run(monkeypatch, 16, ["0"], 4, compile_jobs, 8, oom={1, 4, 6}, caught={1, 6}, over_cap={4, 6},
+            capped_before={9})
+    again = {x[3] for x in w.trace if x[1] == "start" and x[5]}
+    assert again == {"r1", "r4", "r6"}  # each run again, serially
+    assert sorted(w.tries_of(audit.OOM_CAP_TRY)) == ["r4", "r6"] and w.tries_of(audit.OOM_TRY) == ["r1"]
+    assert not overlaps(w.trace, {"r9"})
+    r9 = [t for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and ev == "start" and rid == "r9"]
+    others = [t for t, ev, kind, rid, gpu, serial in w.trace
+              if kind == "check" and ev == "start" and rid not in ("r9", "r1", "r4", "r6") and not serial]
+    assert len(r9) == 1 and max(others) <= r9[0]

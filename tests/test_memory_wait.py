@@ -4,6 +4,7 @@ memory beside other checks, a run of the fp64 oracle or the reference in the che
 models and inputs; not where the failed try wrote into an input it shares), at most RERUNS times,
 within the process's pausing time and only where the check's deadline leaves room; outside a GPU
 audit (no KVERIFY_OOM_WAIT_S) nothing waits. CPU-only: the out-of-memory errors are raised by hand."""
+import json
 import time
 
 import pytest
@@ -458,3 +459,165 @@ def test_g09_s_oracle_run_that_wrote_into_its_inputs_is_not_run_again(fresh, mon
     with STATE_LOCK, pytest.raises(torch.OutOfMemoryError):
         next(g09._oracle_runs(ctx, g09.plan(ctx)[0], []))
     assert o.memory_waits == 0
+
+
+# ---- a check's own cap on a shared GPU (cap_process; kverify.audit.check_cap_mib) ----
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("text,reserved,cap,over", [
+    ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...", 7 * GIB, 8 * GIB, True),   # 7 + 2 > 8
+    ("CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 ...", int(6.6 * GIB), 8 * GIB, True),  # 8.1 > 8
+    ("CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 ...", 7 * GIB, 8 * GIB, False),  # 7.5 fits: the GPU was full
+    ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...", 7 * GIB, None, False),  # no cap
+    ("CUBLAS_STATUS_ALLOC_FAILED", int(7.5 * GIB), 8 * GIB, True),  # no size said: near the cap
+    ("CUBLAS_STATUS_ALLOC_FAILED", 2 * GIB, 8 * GIB, False),
+    ("RuntimeError: shapes do not match", 8 * GIB, 8 * GIB, False),  # not out of memory
+])
+def test_over_cap_tells_a_process_s_own_cap_from_a_full_gpu(text, reserved, cap, over):
+    assert memory_wait.over_cap(text, reserved, cap) is over
+
+
+def test_over_its_own_cap_the_error_stands_at_once_and_is_remembered(fresh, monkeypatch):
+    """A retry cannot help a process over its own cap (no other check holds that memory): no
+    pause, the error at once, and capped_out() says so for the report (meta.over_gpu_cap). Its
+    twin under the cap (the GPU was full) waits and runs again as before."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    monkeypatch.setattr(memory_wait, "_cap", [8 * GIB])
+    monkeypatch.setattr(memory_wait, "_over", [False])
+    monkeypatch.setattr(memory_wait, "_waited", [0])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: 7 * GIB)
+    _gpu_stats(monkeypatch, 0, 7 * GIB)
+    assert not fresh.capped_out()  # 7 of 8 GiB at most, nothing ran out over it yet
+    big = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    fn, calls = _flaky(1, lambda: torch.OutOfMemoryError(big))
+    with pytest.raises(torch.OutOfMemoryError):
+        fresh.retry(fn)
+    assert len(calls) == 1 and fresh.left() == 5 and fresh.capped_out() and fresh.cap_mib() == 8 * 1024
+    monkeypatch.setattr(memory_wait, "_over", [False])
+    fn, calls = _flaky(1)  # 2 MiB asked: under the cap, the GPU was full
+    assert fresh.retry(fn) == "ran" and len(calls) == 2 and not fresh.capped_out()
+
+
+def _gpu_stats(monkeypatch, ooms: int, peak: int) -> None:
+    """This process as if CUDA ran here: ``ooms`` errors raised by the caching allocator so far,
+    ``peak`` bytes reserved at most."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: {"num_ooms": ooms})
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a, **k: peak)
+
+
+def test_capped_out_needs_an_error_of_its_own_near_the_cap(fresh, monkeypatch):
+    """An error no retry took (unmended_ooms) with a peak within 10% of the cap counts as over it
+    (raised outside the retried runs: its size is not known); a peak near the cap without an error
+    of its own does not (a review's find: a neighbour's error would have booked it whole), nor an
+    error far below the cap, nor anything without a cap."""
+    monkeypatch.setattr(memory_wait, "_over", [False])
+    monkeypatch.setattr(memory_wait, "_waited", [0])
+    monkeypatch.setattr(memory_wait, "_cap", [8 * GIB])
+    _gpu_stats(monkeypatch, 1, int(7.3 * GIB))
+    assert fresh.capped_out() and fresh.gpu_oom_status() == {"ooms": 1, "over_cap": True}
+    _gpu_stats(monkeypatch, 0, int(7.3 * GIB))
+    assert not fresh.capped_out() and fresh.gpu_oom_status() == {"ooms": 0, "over_cap": False}
+    _gpu_stats(monkeypatch, 1, 7 * GIB)
+    assert not fresh.capped_out() and fresh.gpu_oom_status() == {"ooms": 1, "over_cap": False}
+    monkeypatch.setattr(memory_wait, "_cap", [None])
+    _gpu_stats(monkeypatch, 1, int(7.3 * GIB))
+    assert not fresh.capped_out() and fresh.cap_mib() is None
+
+
+def test_errors_a_retry_took_are_not_unmended(fresh, monkeypatch):
+    """unmended_ooms: the allocator's count less the errors retry() ran again after a pause."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    monkeypatch.setattr(memory_wait, "_waited", [0])
+    fn, calls = _flaky(2)
+    assert fresh.retry(fn) == "ran" and len(calls) == 3
+    _gpu_stats(monkeypatch, 2, GIB)
+    assert fresh.unmended_ooms() == 0
+    _gpu_stats(monkeypatch, 3, GIB)  # one more, raised where no retry took it
+    assert fresh.unmended_ooms() == 1
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert fresh.unmended_ooms() == 0  # CUDA never started here
+
+
+def test_an_error_over_the_cap_on_the_last_try_is_remembered(fresh, monkeypatch):
+    """A review's find: the last try's error stood before hit_cap was asked, so a run whose last
+    try went over the cap (the earlier ones ran out beside others) was not known to have."""
+    monkeypatch.setenv(memory_wait.ENV, "60")
+    monkeypatch.setattr(memory_wait, "_cap", [8 * GIB])
+    monkeypatch.setattr(memory_wait, "_over", [False])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: 7 * GIB)
+    big = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    calls = []
+
+    def fn():
+        calls.append(1)
+        raise torch.OutOfMemoryError(big if len(calls) == 1 + fresh.RERUNS else OOM)
+    with pytest.raises(torch.OutOfMemoryError):
+        fresh.retry(fn)
+    assert len(calls) == 1 + fresh.RERUNS and fresh._over[0]
+
+
+def test_an_audit_caps_only_checks_that_share_a_gpu(tmp_path, monkeypatch):
+    """kverify.audit._task caps the check's own process where the scheduler gave it a cap, on a
+    GPU audit, and never a build."""
+    import kverify.audit as audit
+    for var in ("KVERIFY_WORKDIR_ROOT", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "KVERIFY_SERIAL_CHECK",
+                audit.cuda_schedule.ENV, "KVERIFY_EMPTY_CACHE", memory_wait.ENV, "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS", "KVERIFY_SANITIZER_CPUS"):
+        monkeypatch.setenv(var, "unset")  # restored after the test (see test_only_a_gpu_audit_s_checks_wait)
+    monkeypatch.delenv(audit.STACK_ENV, raising=False)
+    capped = []
+    monkeypatch.setattr(memory_wait, "cap_process", lambda mib: capped.append(mib) or True)
+    monkeypatch.setattr(audit, "_timed_check", lambda *a: (None, "CLEAN", "", 0.0))
+    monkeypatch.setattr(audit, "precompile_row", lambda *a: ("ok", "", 0.0, 0, 0, 0))
+    monkeypatch.setattr(audit.cuda_schedule, "apply", lambda: None)
+    monkeypatch.setattr("kverify._internal.lifeline.exit_with_parent", lambda: None)
+    out = str(tmp_path / "out.json")
+    monkeypatch.setattr(memory_wait, "gpu_oom_status", lambda: {"ooms": 2, "over_cap": True})
+    for stage, device, cap, want in (("check", "cuda", 36864, [36864]), ("check", "cuda", None, []),
+                                     ("check", "cpu", 36864, []), ("build", "cuda", 36864, [])):
+        audit._task(stage, "c.jsonl", {"id": "r"}, {"device": device}, out, None, False, cap)
+        assert capped == want, (stage, device, cap)
+        capped.clear()
+        # a GPU check's result ends with its process's own out-of-memory account, whatever its record
+        with open(out) as f:
+            res = json.load(f)
+        assert (res[-1] == {"ooms": 2, "over_cap": True}) == (stage == "check" and device == "cuda"), (stage, device)
+
+
+@pytest.mark.gpu
+def test_a_capped_process_runs_out_at_its_cap_on_the_gpu(tmp_path):
+    """On a real GPU: a process capped at 1 GiB (cap_process) that asks for 2 GiB gets
+    torch.OutOfMemoryError with GPU memory to spare; retry() does not wait for it (hit_cap) and
+    capped_out() says so; an error over the cap that no retry saw is in unmended_ooms() (PyTorch's
+    num_ooms); an uncapped twin process allocates the same 2 GiB, then 3 GiB, with none."""
+    import subprocess
+    import sys
+    prog = """
+import os, sys, time, torch
+from kverify._internal import memory_wait as mw
+os.environ[mw.ENV] = "30"
+if sys.argv[1] == "cap":
+    assert mw.cap_process(1024)
+t = time.monotonic()
+try:
+    mw.retry(lambda: torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))
+    print("allocated", mw.capped_out())
+except torch.OutOfMemoryError:
+    print("oom", mw.capped_out(), round(time.monotonic() - t, 1), mw.cap_mib())
+try:  # caught where no retry sees it (a gate's broad except): the allocator's count still has it
+    torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:
+    pass
+print(mw.unmended_ooms())
+"""
+    got = {}
+    for mode in ("cap", "free"):
+        r = subprocess.run([sys.executable, "-c", prog, mode], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got[mode] = r.stdout.split()
+    assert got["cap"][:2] == ["oom", "True"] and float(got["cap"][2]) < 1.0 and got["cap"][3] == "1024", got
+    assert got["cap"][4] == "2", got  # the retried run's error and the caught one
+    assert got["free"] == ["allocated", "False", "0"], got

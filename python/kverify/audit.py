@@ -50,7 +50,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, FAULT_PREFIX, OOM_TRY, Journal, cut_by_budget
+from kverify.journal import CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_TRY, Journal, cut_by_budget
 
 #: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
 #: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
@@ -404,7 +404,7 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         tried: set[str] = set()
 
         def note_try(row, what: str) -> None:  # once per row and run: its check started, or it waits to run alone
-            if what == OOM_TRY:  # beside that once: why it is not journalled yet (kverify report --corpus)
+            if what in (OOM_TRY, OOM_CAP_TRY):  # beside that once: why it is not journalled yet (kverify report --corpus)
                 journals[shard_of[row["id"]]].note_try(row["id"], what)
             elif row["id"] not in tried:
                 tried.add(row["id"])
@@ -435,8 +435,9 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
                     limit.note("check", seconds)
                 record(row, *res, seconds, note=f"[check {seconds:.0f}s, cpu {cpu_seconds() - cpu:.0f}s]")
         else:
+            capped = set().union(*(j.capped() for j in journals.values()))
             _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib,
-                      time_limit=limit, note_try=note_try)
+                      time_limit=limit, note_try=note_try, capped_before=capped)
     for i, j in journals.items():
         mine = dict.fromkeys(CLASSES, 0)
         mine.update({k: v for k, v in j.counts().items() if k in mine})
@@ -472,11 +473,14 @@ OOM_WAIT_S = 30
 
 
 def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | None = None,
-          serial: bool = False) -> None:
+          serial: bool = False, gpu_cap_mib: int | None = None) -> None:
     """Body of one stage of one row in its own process: writes the result to ``out`` (JSON).
     ``gpu``: the only CUDA device this process and its workers see (set before CUDA starts).
     ``serial``: the check runs one worker at a time (KVERIFY_SERIAL_CHECK=1: no standard test or
-    sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others."""
+    sanitizer beside the gates) — the re-run of a row that ran out of GPU memory beside others.
+    ``gpu_cap_mib``: the most GPU memory (MiB) this check's own process may hold on a CUDA audit
+    (check_cap_mib; kverify._internal.memory_wait.cap_process), None: no cap. A check's result on a
+    CUDA audit ends with memory_wait.gpu_oom_status() (its own process's out-of-memory errors)."""
     from kverify._internal.lifeline import exit_with_parent
 
     # the sandboxes' folders go under the audit's own temporary folder (out's), which the audit
@@ -504,6 +508,8 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
     os.environ.setdefault("KVERIFY_SANITIZER_CPUS", str(SANITIZER_CPUS))
     if opts.get("device") == "cuda":
         cuda_schedule.apply()
+        if stage == "check" and gpu_cap_mib is not None:
+            memory_wait.cap_process(gpu_cap_mib)
     stacks = os.environ.get(STACK_ENV)
     dump = Path(stacks) / f"{stage}-{os.getpid()}.txt" if stacks else None
     if dump is not None:  # diagnosis: SIGUSR1 writes this process's Python stacks (all threads) there
@@ -520,6 +526,9 @@ def _task(stage: str, corpus: str, row: dict, opts: dict, out: str, gpu: str | N
         faulthandler.unregister(signal.SIGUSR1)
         dump.unlink(missing_ok=True)
     res = (*res, cpu_seconds())  # this row's processes: the check or build and everything it waited for
+    if stage == "check" and opts.get("device") == "cuda":
+        # GPU out-of-memory errors of its own process, whatever the report (or a load error) says
+        res = (*res, memory_wait.gpu_oom_status())
     with open(out + ".tmp", "w") as f:
         json.dump(res, f)
     os.replace(out + ".tmp", out)
@@ -589,6 +598,28 @@ EXCLUSIVE_SHARE = 0.5
 #: check's ~9 processes (the reference in the parent, the standard test's and the candidates'
 #: models) and the parent's fp64 copy.
 PARAM_FACTOR = 12
+
+
+#: A check on a GPU that other checks share may hold at most GPU_CAP_FACTOR times its booking
+#: (check_need_mib), at least GPU_CAP_FLOOR_GIB, in its own process (the fp64 oracle, the reference's
+#: runs, expected outputs; kverify._internal.memory_wait.cap_process): past that it runs out of memory
+#: itself, is set aside to run alone and, in later runs, is booked for a whole GPU (journal.OOM_CAP_TRY),
+#: instead of taking its neighbours' memory. H200 audit logs, stops 17-39 (468 rows with the estimate
+#: and the process's peak, kverify.check.gpu_peak_mib): median peak 0.18x the estimate; over this cap
+#: only kbleaderboard/deepseek-coder/L2/P96 (129.6 GiB against 8 GiB, 12 neighbours set aside in stop
+#: 39's 3 calls), yenhao/openrouter_deepseek_v4_pro_leaderboard_l2/L2/P44 and
+#: technoabsurdist/opus4_level2_20250903_065424/L2/P44 (52.1 GiB against 9) and kbleaderboard/gpt-o1/L2/P78
+#: (37.8 GiB against 8).
+GPU_CAP_FACTOR = 4
+GPU_CAP_FLOOR_GIB = 32
+
+
+def check_cap_mib(need_mib: int, total_mib: int) -> int | None:
+    """The GPU memory cap (MiB) of a check's own process booked ``need_mib`` on a GPU of
+    ``total_mib`` that it shares: max(GPU_CAP_FACTOR x need, GPU_CAP_FLOOR_GIB); None (no cap)
+    where that is not below the GPU's memory."""
+    cap = max(GPU_CAP_FACTOR * int(need_mib), GPU_CAP_FLOOR_GIB * 1024)
+    return cap if cap < total_mib else None
 
 
 def check_need_mib(base_gib: float, input_bytes: int, param_bytes: int = 0) -> int:
@@ -830,7 +861,8 @@ class TimeLimit:
 
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
               gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0,
-              time_limit: TimeLimit | None = None, note_try=lambda row, what: None) -> None:
+              time_limit: TimeLimit | None = None, note_try=lambda row, what: None,
+              capped_before: set[str] | frozenset = frozenset()) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
@@ -855,7 +887,11 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     (TimeLimit); at the limit the rows in flight are ended and logged, as when interrupted.
     ``note_try(row, what)`` is called as a row's check starts, as a row is set aside to run
     alone (booked for a whole GPU), and with journal.OOM_TRY as one is set aside after running out of
-    GPU memory beside other checks (Journal.note_try, through _run_journals)."""
+    GPU memory beside other checks (Journal.note_try, through _run_journals), journal.OOM_CAP_TRY where it
+    ran out over its own cap. With a booking (``gpus``, ``gpu_gib`` > 0) a check that shares its GPU
+    has its own process capped at check_cap_mib of its booking (not a row that runs alone or booked
+    whole); the rows of ``capped_before`` (earlier runs set them aside over their cap: Journal.capped)
+    are booked for a whole GPU."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
@@ -879,6 +915,12 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     held: list = [None, False]
     queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
     whole_alone: set[str] = set()  # rows booked whole in waiting["alone"]: they run there, but not serially
+    cap_at: dict[str, int | None] = {}  # row id -> the GPU memory cap (MiB) its last check started with
+
+    if capped_before and gpus and gpu_gib > 0:  # booked whole from the start (also without a build step)
+        mem_at[:] = [time.monotonic(), gpu_memory_mib(gpus)]
+        if mem_at[1]:
+            need_of.update({r["id"]: min(t for _, t in mem_at[1].values()) for r in todo if r["id"] in capped_before})
 
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
@@ -957,6 +999,16 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 f"waits (kverify.audit.HOST_RESERVE): {row['id']}")
         return False
 
+    def cap_of(stage: str, need: int) -> int | None:
+        """The GPU memory cap (MiB) of a check from queue ``stage`` booked ``need`` MiB: check_cap_mib
+        for one that shares its GPU (queue "check", booked less than a whole GPU) on an audit
+        that books memory; None otherwise."""
+        mem = mem_at[1]
+        if stage != "check" or not gpus or gpu_gib <= 0 or need <= 0 or not mem:
+            return None
+        total = min(t for _, t in mem.values())
+        return check_cap_mib(need, total) if need < total else None
+
     def start(stage: str, kind: str, row: dict, gpu: str | None, need: int, serial: bool) -> None:
         """Start ``row``'s ``kind`` ("build" or "check") in a process of its own on ``gpu``;
         ``stage``: the queue it came from ("build", "check", "alone": on the GPU emptied for it,
@@ -964,7 +1016,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         nonlocal n
         n += 1
         out = str(tmp / f"{n}.json")
-        p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial), daemon=True)
+        cap = cap_of(stage, need) if kind == "check" else None
+        if kind == "check":
+            cap_at[row["id"]] = cap
+        p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial, cap), daemon=True)
         host = host_need(kind, row)
         if held[0] == (kind, row["id"]):
             held[0] = None
@@ -1089,6 +1144,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     status, error, seconds, input_bytes, param_bytes, output_bytes, cpu = res
                     # outputs held like inputs (each worker, the oracle's fp64 copies): counted with them
                     need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes))
+                    if row["id"] in capped_before and mem_at[1]:  # over its cap beside others before: alone now
+                        need_of[row["id"]] = max(need_of[row["id"]], min(t for _, t in mem_at[1].values()))
                     # outputs of 0 bytes: not counted (Problem.output_numel found none on meta
                     # tensors): as many as the inputs are expected, not none
                     host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes, output_bytes or input_bytes)
@@ -1104,18 +1161,25 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                             f"params {param_bytes / 2**30:.2f} GiB outputs {output_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
                             + (f"  {error[:160]}" if error else ""))
                 else:
-                    report, klass, reason, seconds, cpu = res
+                    report, klass, reason, seconds, cpu, *more = res
+                    status = more[0] if more and isinstance(more[0], dict) else {}  # _task: gpu_oom_status
                     where = oom_where(report, reason)
+                    if not where and status.get("ooms"):  # caught by a gate that made something else of it
+                        where = "caught in the check"
                     whole_run = stage in ("alone", "whole") and row["id"] in whole_alone  # alone, not serially
                     whole_alone.discard(row["id"])
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
                         waiting["alone"].append(row)  # serially this time
+                        capped = stage == "check" and bool(status.get("over_cap"))  # its own cap, not its neighbours
                         if not whole_run:
-                            note_try(row, OOM_TRY)
+                            note_try(row, OOM_CAP_TRY if capped else OOM_TRY)
                         on = f" on GPU {gpu_used}" if gpu_used is not None else ""
                         said = oom_detail(report, reason)  # the oracle's run or the candidate's
+                        over = (f" over its own cap of {(cap_at.get(row['id']) or 0) / 1024:.0f} GiB "
+                                f"(booked {need_of.get(row['id'], 0) / 1024:.0f} GiB; later runs book it a whole GPU)"
+                                if capped else "")
                         log((f"out of GPU memory ({where}) with the GPU to itself{on}, to run again serially: {row['id']}"
-                             if whole_run else f"out of GPU memory ({where}) beside other checks{on}, to run again "
+                             if whole_run else f"out of GPU memory ({where}){over} beside other checks{on}, to run again "
                              f"alone once a GPU is empty: {row['id']}") + (f"  ({said})" if said else ""))
                         continue
                     record(row, report, klass, reason, built.pop(row["id"], 0.0) + seconds,

@@ -550,6 +550,10 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                            # runs of the oracle or the reference (G04, G09) run again after running out of
                            # GPU memory (Oracle.retrying); the key is "oracle" for all of them
                            "memory_waits": {"oracle": ctx.oracle.memory_waits},
+                           # this process's GPU memory cap on a GPU that checks share (kverify.audit
+                           # check_cap_mib; only where set) and whether it ran out over it
+                           **({"gpu_cap_mib": memory_wait.cap_mib(), "over_gpu_cap": memory_wait.capped_out()}
+                              if memory_wait.cap_mib() is not None else {}),
                            "inputs": [s.to_json() for s in ctx.specs],
                            "seconds": {"setup": round(t_setup - t0, 3),
                                        "candidate_runs": round(t_run - t0, 3), "total": round(time.monotonic() - t0, 3),

@@ -49,6 +49,9 @@ BUDGET_MARK = "the check's time budget"
 #: runs again alone): kept so that `kverify report --corpus` can say why a row is not journalled;
 #: not a try of its own (Journal.tries: its check's start counted already)
 OOM_TRY = "out of GPU memory beside other checks: to run alone"
+#: the same, where the check ran out over its own process's cap (kverify.audit.check_cap_mib): later runs
+#: book the row for a whole GPU (Journal.capped)
+OOM_CAP_TRY = "out of GPU memory over its cap beside other checks: booked whole from now on"
 
 
 def cut_by_budget(verdict: str, summary: str | None) -> bool:
@@ -139,16 +142,30 @@ class Journal:
 
     def tries(self) -> dict[str, int]:
         """{kernel id: number of note_try records since it was last taken out (``forgotten``,
-        --redo)} for the rows not journalled (yet), OOM_TRY notes not counted: a row that was
-        tried, finished and is now checked again starts from none."""
+        --redo)} for the rows not journalled (yet), OOM_TRY and OOM_CAP_TRY notes not counted: a row
+        that was tried, finished and is now checked again starts from none."""
         if "tries" not in self.tables:
             return {}
-        since = (" AND t.at > COALESCE((SELECT MAX(f.at) FROM forgotten f WHERE f.id = t.id), 0)"
-                 if "forgotten" in self.tables else "")
         done = self.done()
         return {k: n for k, n in self.db.execute(
-                    f"SELECT t.id, COUNT(*) FROM tries t WHERE t.what IS NOT ?{since} GROUP BY t.id", (OOM_TRY,))
+                    f"SELECT t.id, COUNT(*) FROM tries t WHERE COALESCE(t.what, '') NOT IN (?, ?){self._since()} "
+                    "GROUP BY t.id",
+                    (OOM_TRY, OOM_CAP_TRY))
                 if k not in done}
+
+    def capped(self) -> set[str]:
+        """Ids of the rows not journalled (yet) that a run set aside after they ran out of GPU memory
+        over their own cap (OOM_CAP_TRY) since they were last taken out (``forgotten``, --redo):
+        kverify.audit books them for a whole GPU."""
+        if "tries" not in self.tables:
+            return set()
+        return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
+                                               (OOM_CAP_TRY,))} - self.done()
+
+    def _since(self) -> str:
+        """SQL condition on ``tries t``: the try came after the row was last taken out (--redo)."""
+        return (" AND t.at > COALESCE((SELECT MAX(f.at) FROM forgotten f WHERE f.id = t.id), 0)"
+                if "forgotten" in self.tables else "")
 
     def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
         """Write one kernel and its gates atomically. ``row`` is the corpus row (id, source_repo,

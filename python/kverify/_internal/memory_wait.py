@@ -45,6 +45,13 @@ STEP_S = 3.0
 #: retries after the first try, at most, per run (Oracle.retrying)
 RERUNS = 3
 
+#: GPU memory (bytes) this process's caching allocator may hold (cap_process), None: no cap;
+#: and whether a run here has run out of memory over that cap (capped_out)
+_cap: list = [None]
+_over = [False]
+#: out-of-memory errors retry() took and ran again after a pause (the rest ended as errors: gpu_oom_status)
+_waited = [0]
+
 _lock = threading.Lock()
 _spent = [0.0]  # seconds this process has paused so far
 _jitter = random.Random()  # its own stream: a reference that seeds ``random`` changes nothing here
@@ -103,6 +110,102 @@ def is_oom(e: BaseException) -> bool:
     return (typed and not hopeless(text)) or gpu_oom(text)
 
 
+def cap_process(cap_mib: int) -> bool:
+    """Let PyTorch's caching allocator in this process hold at most ``cap_mib`` MiB of the current
+    GPU (torch.cuda.set_per_process_memory_fraction: past it an allocation raises
+    torch.OutOfMemoryError, as on a full GPU). kverify.audit caps a check's own process so on a GPU
+    that several checks share (kverify.audit.check_cap_mib): one row whose fp64 oracle grows far
+    past its estimate no longer takes the memory its neighbours were booked (H200 audit, stop 39:
+    kbleaderboard/deepseek-coder/L2/P96, estimated 8 GiB, held 129.6 GiB in G05's planning, and 12
+    neighbours ran out of memory in 3 calls and were set aside). Starts CUDA here (after
+    kverify._internal.cuda_schedule.apply). Returns False, capping nothing, where the cap is not
+    below the GPU's memory."""
+    import torch
+    total = torch.cuda.mem_get_info()[1]
+    cap = int(cap_mib) * 2**20
+    if cap >= total:
+        return False
+    torch.cuda.set_per_process_memory_fraction(cap / total)
+    _cap[0] = cap
+    return True
+
+
+def cap_mib() -> int | None:
+    """This process's cap (cap_process) in MiB, None where it has none."""
+    return None if _cap[0] is None else _cap[0] // 2**20
+
+
+def over_cap(text: str, reserved: int, cap: int | None) -> bool:
+    """Whether the out-of-memory message ``text`` (says_oom) came from a process's own cap ``cap``
+    (bytes; None: no cap, False) with ``reserved`` bytes held by its caching allocator: what it
+    asked for (PyTorch's "Tried to allocate N GiB"; 0 where the message does not say) on top of what
+    it holds passes the cap, or, where the size is not said, it holds 90% of the cap already. Then no
+    wait for other checks can help: the check needs more than its booking, and runs again alone."""
+    if cap is None or not says_oom(text):
+        return False
+    m = _ASKED.search(text)
+    if m is None:
+        return reserved >= 0.9 * cap
+    return reserved + float(m.group(1)) * _UNIT[m.group(2).lower()] > cap
+
+
+def hit_cap(e: BaseException) -> bool:
+    """over_cap for the exception ``e`` in this process (its cap, torch.cuda.memory_reserved);
+    where so, remembered for capped_out()."""
+    if _cap[0] is None:
+        return False
+    try:
+        import torch
+        reserved = torch.cuda.memory_reserved()
+    except Exception:  # noqa: BLE001
+        return False
+    if over_cap(f"{type(e).__name__}: {e}", reserved, _cap[0]):
+        _over[0] = True
+        return True
+    return False
+
+
+def unmended_ooms() -> int:
+    """GPU out-of-memory errors PyTorch's caching allocator raised in this process
+    (torch.cuda.memory_stats "num_ooms") that retry() did not take and run again: each ended as an
+    error somewhere, in a record that says so or caught by a gate that made something else of it
+    (a review found G03's limit probe reading one as "nothing certified": a wrong FAIL). 0 where CUDA
+    was not started here."""
+    try:
+        import torch
+        if not torch.cuda.is_initialized():
+            return 0
+        return max(0, int(torch.cuda.memory_stats().get("num_ooms", 0)) - _waited[0])
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def capped_out() -> bool:
+    """Whether this process, under a cap (cap_process), ran out of GPU memory over it: hit_cap saw
+    it in the reference's runs, or an error no retry took (unmended_ooms) came with a peak within
+    10% of the cap (torch.cuda.max_memory_reserved: raised outside those runs, where its size is not
+    known here). The check's report says so in meta.over_gpu_cap; kverify audit then books the row
+    for a whole GPU in later runs."""
+    if _cap[0] is None:
+        return False
+    if _over[0]:
+        return True
+    if not unmended_ooms():
+        return False  # no error of its own: a peak near the cap alone is not running out
+    try:
+        import torch
+        return torch.cuda.max_memory_reserved() >= 0.9 * _cap[0]
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def gpu_oom_status() -> dict:
+    """What kverify.audit reads of a check's process when it ends (kverify.audit._task): {"ooms":
+    unmended_ooms(), "over_cap": capped_out()}; a shared check with either is run again alone,
+    whatever its record says (an error a gate caught leaves no mark in it)."""
+    return {"ooms": unmended_ooms(), "over_cap": capped_out()}
+
+
 def left() -> float:
     """Seconds of pausing this process has left (KVERIFY_OOM_WAIT_S less what it paused)."""
     try:
@@ -131,7 +234,8 @@ def _pause(seconds: float) -> None:
 def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
     """``fn()``; when it raises an out-of-memory error (is_oom) and ``may_retry()`` (None: always)
     says the try left nothing behind, ``on_oom()`` (to count it), a pause and ``fn()`` again, at
-    most RERUNS times; then the error stands. A pause is 0.5-1.5 x STEP_S, cut to the process's
+    most RERUNS times; then the error stands, at once where the try went over this process's own
+    cap (hit_cap: no other check's memory is in the way). A pause is 0.5-1.5 x STEP_S, cut to the process's
     pausing time left and, with a ``deadline`` (time.monotonic() seconds), to the time to it less
     twice the failed try's time and STEP_S (a retry that could only end in a spent budget would
     turn the error, which defers the row to run alone, into "not established"); one shorter than
@@ -144,7 +248,8 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
             return fn()
         except Exception as e:  # noqa: BLE001 — re-raised unless it is a wait for memory
             took = time.monotonic() - t
-            if k == RERUNS or not is_oom(e) or (may_retry is not None and not may_retry()):
+            over = is_oom(e) and hit_cap(e)  # over this process's own cap: no wait for others helps
+            if k == RERUNS or not is_oom(e) or over or (may_retry is not None and not may_retry()):
                 raise
             seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
             if deadline is not None:
@@ -152,6 +257,8 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
             if seconds < STEP_S / 4:
                 raise
         # past the except block Python drops ``e``: the failed try's frames and tensors are let go
+        with _lock:
+            _waited[0] += 1
         if on_oom is not None:
             on_oom()
         _pause(seconds)
