@@ -134,3 +134,59 @@ def test_in_an_audit_gpu_cache_is_given_back_after_each_host_store_and_release(m
     assert len(emptied) == 1
     ctx.release(["G02/0"])
     assert len(emptied) == 2
+
+
+# ---- out of GPU memory is not a property of the reference (a review, stop 39) ----
+
+class _RaisingOracle(CountingOracle):
+    """run / run_fp64 raise ``exc`` (an out-of-memory error, or another)."""
+
+    def __init__(self, exc):
+        super().__init__()
+        self.exc = exc
+
+    def run(self, inputs, binding=None):
+        raise self.exc
+
+    run_fp64 = run
+
+
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+
+
+@pytest.mark.parametrize("exc,raises", [(torch.OutOfMemoryError(OOM), True), (RuntimeError("no such shape"), False)])
+def test_g03_s_limit_probe_raises_out_of_memory_and_certifies_nothing_for_other_errors(exc, raises):
+    """G03's limit probe (_certified) read every error of the fp64 oracle as "nothing certified",
+    which FAILs a candidate that gives the limit ±Inf: out of memory is the GPU's state, not the
+    reference's, and goes up (the gate is ERROR "ran out of memory", an audit runs the row again)."""
+    from kverify.gates.g03_nonfinite import _certified
+    ctx = Context(problem=None, specs=[], device="cpu", seed=0, oracle=_RaisingOracle(exc))
+    want = torch.tensor([float("inf"), 1.0], dtype=torch.float64)
+    job = {"kind": "run", "id": "G03/inf", "seed": 5, "binding": None, "inputs": []}
+    if raises:
+        with pytest.raises(torch.OutOfMemoryError):
+            _certified(ctx, job, 0, want)
+    else:
+        assert not _certified(ctx, job, 0, want).any()
+
+
+@pytest.mark.parametrize("exc,raises", [(torch.OutOfMemoryError(OOM), True), (RuntimeError("no such shape"), False)])
+def test_the_small_shape_search_raises_out_of_memory_and_passes_over_shapes_that_fail(exc, raises):
+    """Context.small_binding tried a larger shape wherever the reference raised; out of GPU memory
+    there (other checks' memory) would choose another gate shape than alone: it goes up instead."""
+    from kverify.problem import InputSpec
+
+    class Problem:
+        dims = {"n": 100000}
+
+        def input_numel(self, seed, b):
+            return b["n"]
+
+    ctx = Context(problem=Problem(), specs=[InputSpec("tensor", (100000,))], device="cpu", seed=0,
+                  oracle=_RaisingOracle(exc))
+    ctx.specs_at = lambda b: []
+    if raises:
+        with pytest.raises(torch.OutOfMemoryError):
+            ctx.small_binding(limit=1000)
+    else:
+        assert ctx.small_binding(limit=1000) is None  # every shape failed: none

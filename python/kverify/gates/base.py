@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kverify import engine
+from kverify._internal import memory_wait
 from kverify.errors import BudgetSpent
 from kverify.problem import STATE_LOCK, InputSpec, Oracle, Problem, derive_seed, synthesize
 
@@ -137,7 +138,8 @@ class Context:
         ladder first, then on those of 2, 4 and 8 x odd sizes (LADDERS); None (own shape) when
         the inputs are small already, the problem has no free dimension, or no such shape runs.
         Cached per limit.
-        Raises BudgetSpent past the check's deadline (Oracle.limit)."""
+        Raises BudgetSpent past the check's deadline (Oracle.limit), and a GPU out-of-memory error
+        of a reference run (memory_wait.is_oom: the memory other checks hold decides nothing here)."""
         if spec_numel(self.specs) <= limit or not self.problem.dims:
             return None
         key = ("small_binding", limit)
@@ -150,7 +152,9 @@ class Context:
             for t in reversed(tries):
                 try:
                     self.oracle.run(synthesize(self.specs_at(t), self.seed, self.device), t)
-                except Exception:  # noqa: BLE001 — the reference cannot run there: try a larger shape
+                except Exception as e:  # noqa: BLE001 — the reference cannot run there: try a larger shape
+                    if memory_wait.is_oom(e):  # the GPU's memory (other checks'), not the reference: the
+                        raise  # probe fails with it (kverify.check._gate_shape), not a larger shape chosen
                     continue
                 found = t
                 break
