@@ -917,11 +917,6 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     whole_alone: set[str] = set()  # rows booked whole in waiting["alone"]: they run there, but not serially
     cap_at: dict[str, int | None] = {}  # row id -> the GPU memory cap (MiB) its last check started with
 
-    if capped_before and gpus and gpu_gib > 0:  # booked whole from the start (also without a build step)
-        mem_at[:] = [time.monotonic(), gpu_memory_mib(gpus)]
-        if mem_at[1]:
-            need_of.update({r["id"]: min(t for _, t in mem_at[1].values()) for r in todo if r["id"] in capped_before})
-
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
         process sees). Builds (one warm-up call each) are spread over the GPUs, never held back."""
@@ -944,17 +939,26 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                           need, now)
         return g is not None, g
 
-    def booked(need: int) -> int:
-        """``need``, or a whole GPU's memory when it exceeds EXCLUSIVE_SHARE of one: then
-        gpu_with_room starts the row only on an idle GPU and lets no other check join it."""
+    def gpu_total() -> int | None:
+        """The smallest GPU's memory (MiB) in the last nvidia-smi reading; None without one."""
+        return min(t for _, t in mem_at[1].values()) if mem_at[1] else None
+
+    def booked(need: int, rid: str | None = None) -> int:
+        """``need``, or a whole GPU's memory when it exceeds EXCLUSIVE_SHARE of one or the row
+        ``rid`` is one of ``capped_before``: then gpu_with_room starts the row only on an idle GPU
+        and lets no other check join it."""
         if not gpus or gpu_gib <= 0:
             return need
         if mem_at[1] is None:
             mem_at[:] = [time.monotonic(), gpu_memory_mib(gpus)]
-        if mem_at[1] is None:
+        total = gpu_total()
+        if total is None:
             return need
-        total = min(t for _, t in mem_at[1].values())
-        return total if need > EXCLUSIVE_SHARE * total else need
+        return total if need > EXCLUSIVE_SHARE * total or rid in capped_before else need
+
+    for rid in [r["id"] for r in todo if r["id"] in capped_before]:  # whole from the start (also without a build)
+        if (whole_mib := booked(0, rid)) > 0:
+            need_of[rid] = whole_mib
     # one GPU for all (or no GPU list: every process sees every GPU): emptying it for one row stops
     # every other check, and the CPUs wait with it (H200, stop 20: one row out of memory left 16
     # cores at load 2-5 for the last 3 minutes of a 5-minute call). There, rows that need the GPU
@@ -964,8 +968,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
 
     def whole(row: dict) -> bool:
         """Is ``row`` booked for a whole GPU (booked())?"""
-        mem = mem_at[1]
-        return bool(mem) and need_of.get(row["id"], 0) >= min(t for _, t in mem.values())
+        total = gpu_total()
+        return total is not None and need_of.get(row["id"], 0) >= total
 
     def _later(row: dict | None = None) -> bool:
         """On one GPU: does a row that needs the GPU to itself (``row``, booked whole; None: a
@@ -1003,10 +1007,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         """The GPU memory cap (MiB) of a check from queue ``stage`` booked ``need`` MiB: check_cap_mib
         for one that shares its GPU (queue "check", booked less than a whole GPU) on an audit
         that books memory; None otherwise."""
-        mem = mem_at[1]
-        if stage != "check" or not gpus or gpu_gib <= 0 or need <= 0 or not mem:
+        total = gpu_total()
+        if stage != "check" or not gpus or gpu_gib <= 0 or need <= 0 or total is None:
             return None
-        total = min(t for _, t in mem.values())
         return check_cap_mib(need, total) if need < total else None
 
     def start(stage: str, kind: str, row: dict, gpu: str | None, need: int, serial: bool) -> None:
@@ -1143,9 +1146,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                 if stage == "build":
                     status, error, seconds, input_bytes, param_bytes, output_bytes, cpu = res
                     # outputs held like inputs (each worker, the oracle's fp64 copies): counted with them
-                    need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes))
-                    if row["id"] in capped_before and mem_at[1]:  # over its cap beside others before: alone now
-                        need_of[row["id"]] = max(need_of[row["id"]], min(t for _, t in mem_at[1].values()))
+                    need_of[row["id"]] = booked(check_need_mib(gpu_gib, input_bytes + output_bytes, param_bytes), row["id"])
                     # outputs of 0 bytes: not counted (Problem.output_numel found none on meta
                     # tensors): as many as the inputs are expected, not none
                     host_of[row["id"]] = host_need_mib("check", input_bytes, param_bytes, output_bytes or input_bytes)

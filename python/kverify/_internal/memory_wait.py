@@ -184,8 +184,8 @@ def capped_out() -> bool:
     """Whether this process, under a cap (cap_process), ran out of GPU memory over it: hit_cap saw
     it in the reference's runs, or an error no retry took (unmended_ooms) came with a peak within
     10% of the cap (torch.cuda.max_memory_reserved: raised outside those runs, where its size is not
-    known here). The check's report says so in meta.over_gpu_cap; kverify audit then books the row
-    for a whole GPU in later runs."""
+    known here). In the check's report as meta.over_gpu_cap (evidence); kverify.audit reads it
+    from gpu_oom_status and books such a row for a whole GPU in later runs."""
     if _cap[0] is None:
         return False
     if _over[0]:
