@@ -473,3 +473,17 @@ def test_an_out_of_memory_error_a_gate_caught_still_sets_the_row_aside(monkeypat
     others = [t for t, ev, kind, rid, gpu, serial in w.trace
               if kind == "check" and ev == "start" and rid not in ("r9", "r1", "r4", "r6") and not serial]
     assert len(r9) == 1 and max(others) <= r9[0]
+
+
+@pytest.mark.parametrize("gpus", [["0"], ["0", "1"]])
+def test_a_row_booked_whole_that_runs_out_of_memory_runs_again_serially_not_as_one_that_shared(monkeypatch, gpus):
+    """A row booked for a whole GPU (too big to share, or capped by an earlier run) had the GPU to
+    itself when it ran out of memory: it runs again serially, once, and is not noted as set aside
+    beside others (journal.OOM_TRY) -- H200 audit, stop 40: on one GPU such rows start from the
+    shared queue, and two were logged and noted as out of memory "beside other checks"."""
+    w = run(monkeypatch, 12, gpus, 4, 2, 8, big={3}, oom={3, 5, 7}, capped_before={5})
+    for rid in ("r3", "r5"):
+        starts = [x[5] for x in w.trace if x[3] == rid and x[2] == "check" and x[1] == "start"]
+        assert starts == [False, True], (rid, starts)  # with the GPU to itself, then serially
+    assert not overlaps(w.trace, {"r3", "r5"})
+    assert w.tries_of(audit.OOM_TRY) == ["r7"] and not w.tries_of(audit.OOM_CAP_TRY)

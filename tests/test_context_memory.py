@@ -190,3 +190,30 @@ def test_the_small_shape_search_raises_out_of_memory_and_passes_over_shapes_that
             ctx.small_binding(limit=1000)
     else:
         assert ctx.small_binding(limit=1000) is None  # every shape failed: none
+
+
+HUGE = "CUDA out of memory. Tried to allocate 976.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+
+
+@pytest.mark.parametrize("text,shortage", [(OOM, True), (HUGE, False)])
+def test_g05_tells_a_shape_no_gpu_can_hold_from_one_that_ran_short(monkeypatch, text, shortage):
+    """A G05 shape whose reference run asks more than the whole GPU has (H200 audit, stop 40: a
+    ConvTranspose2d at stride 257, ~1 TB for the fp64 oracle) is skipped as over the memory budget,
+    in words the audit does not read as running out (memory_wait.says_oom), so the row is judged
+    where it runs; a shortage (2 GiB asked) still says so, and the audit runs the row again alone."""
+    from kverify._internal import memory_wait
+    from kverify.gates import g05_shapes
+
+    class Problem:
+        dims = {"stride": 2}
+
+        def footprint(self, b):
+            return None  # not counted: only the reference's run decides
+
+    monkeypatch.setattr(memory_wait, "_device_total", lambda: 140 << 30)
+    ctx = Context(problem=Problem(), specs=[], device="cpu", seed=0, oracle=_RaisingOracle(torch.OutOfMemoryError(text)))
+    ctx.specs_at = lambda b: []
+    why = g05_shapes._valid(ctx, {"stride": 257})
+    assert memory_wait.says_oom(why) == shortage, why
+    assert why == ("reference raises OutOfMemoryError" if shortage else
+                   "over the memory budget: the reference's run asks more at once than the whole GPU has")

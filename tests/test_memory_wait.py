@@ -21,6 +21,7 @@ OOM = "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacit
 def fresh(monkeypatch):
     """memory_wait with nothing paused yet and short pauses."""
     monkeypatch.setattr(memory_wait, "_spent", [0.0])
+    monkeypatch.setattr(memory_wait, "_beyond", [0])  # errors past the whole GPU that earlier tests raised
     monkeypatch.setattr(memory_wait, "STEP_S", 0.05)
     return memory_wait
 
@@ -541,6 +542,31 @@ def test_errors_a_retry_took_are_not_unmended(fresh, monkeypatch):
     assert fresh.unmended_ooms() == 0  # CUDA never started here
 
 
+def test_an_error_asking_more_than_the_whole_gpu_is_not_unmended(fresh, monkeypatch):
+    """An error that asked for more than the whole GPU has (beyond_gpu) stands at once and is not
+    in unmended_ooms (alone, the row would raise it again: H200 audit, stop 40, a G05 shape of ~1 TB
+    sent rows to run alone twice), counted once through nested retries; an error that ran short and
+    stood after every retry still is; the host's allocator is not the GPU's."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    monkeypatch.setattr(memory_wait, "_waited", [0])
+    monkeypatch.setattr(fresh, "_device_total", lambda: 140 << 30)
+    huge = "CUDA out of memory. Tried to allocate 976.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    fn, calls = _flaky(1, lambda: torch.OutOfMemoryError(huge))
+    with pytest.raises(torch.OutOfMemoryError):
+        fresh.retry(lambda: fresh.retry(fn))
+    assert len(calls) == 1
+    _gpu_stats(monkeypatch, 1, GIB)
+    assert fresh.unmended_ooms() == 0 and fresh.gpu_oom_status() == {"ooms": 0, "over_cap": False}
+    fn, calls = _flaky(1 + fresh.RERUNS)  # 2 MiB asked at every try: the last error stands
+    with pytest.raises(torch.OutOfMemoryError):
+        fresh.retry(fn)
+    _gpu_stats(monkeypatch, 2 + fresh.RERUNS, GIB)  # the allocator counted each try's error and the huge one
+    assert fresh.unmended_ooms() == 1
+    assert fresh.beyond_gpu(RuntimeError(huge)) and not fresh.beyond_gpu(torch.OutOfMemoryError(OOM))
+    assert not fresh.beyond_gpu(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to "
+                                             "allocate 9000000000000000 bytes"))
+
+
 def test_an_error_over_the_cap_on_the_last_try_is_remembered(fresh, monkeypatch):
     """A review's find: the last try's error stood before hit_cap was asked, so a run whose last
     try went over the cap (the earlier ones ran out beside others) was not known to have."""
@@ -592,7 +618,8 @@ def test_a_capped_process_runs_out_at_its_cap_on_the_gpu(tmp_path):
     """On a real GPU: a process capped at 1 GiB (cap_process) that asks for 2 GiB gets
     torch.OutOfMemoryError with GPU memory to spare; retry() does not wait for it (hit_cap) and
     capped_out() says so; an error over the cap that no retry saw is in unmended_ooms() (PyTorch's
-    num_ooms); an uncapped twin process allocates the same 2 GiB, then 3 GiB, with none."""
+    num_ooms), one asking more than the whole GPU has is not; an uncapped twin process allocates
+    the same 2 GiB, then 3 GiB, with none."""
     import subprocess
     import sys
     prog = """
@@ -612,6 +639,11 @@ try:  # caught where no retry sees it (a gate's broad except): the allocator's c
 except torch.OutOfMemoryError:
     pass
 print(mw.unmended_ooms())
+try:  # more than the whole GPU (beyond_gpu): the allocator counts it, unmended_ooms does not
+    mw.retry(lambda: torch.empty(1 << 40, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError:
+    pass
+print(mw.unmended_ooms())
 """
     got = {}
     for mode in ("cap", "free"):
@@ -619,5 +651,5 @@ print(mw.unmended_ooms())
         assert r.returncode == 0, r.stderr[-2000:]
         got[mode] = r.stdout.split()
     assert got["cap"][:2] == ["oom", "True"] and float(got["cap"][2]) < 1.0 and got["cap"][3] == "1024", got
-    assert got["cap"][4] == "2", got  # the retried run's error and the caught one
-    assert got["free"] == ["allocated", "False", "0"], got
+    assert got["cap"][4:] == ["2", "2"], got  # the retried run's error and the caught one; not the 1 TiB one
+    assert got["free"] == ["allocated", "False", "0", "0"], got

@@ -1167,7 +1167,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     where = oom_where(report, reason)
                     if not where and status.get("ooms"):  # caught by a gate that made something else of it
                         where = "caught in the check"
-                    whole_run = stage in ("alone", "whole") and row["id"] in whole_alone  # alone, not serially
+                    # alone, not serially: from the queue of rows run alone, or booked whole (gpu_with_room let
+                    # no other check join it; on one GPU such rows start from "check")
+                    whole_run = (stage in ("alone", "whole") and row["id"] in whole_alone) or (stage == "check" and whole(row))
                     whole_alone.discard(row["id"])
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
                         waiting["alone"].append(row)  # serially this time

@@ -51,6 +51,9 @@ _cap: list = [None]
 _over = [False]
 #: out-of-memory errors retry() took and ran again after a pause (the rest ended as errors: gpu_oom_status)
 _waited = [0]
+#: out-of-memory errors retry() let stand that asked for more than the whole GPU has (beyond_gpu):
+#: neither a wait nor the GPU to itself mends them, so they are not unmended_ooms
+_beyond = [0]
 
 _lock = threading.Lock()
 _spent = [0.0]  # seconds this process has paused so far
@@ -96,6 +99,15 @@ def gpu_oom(text: str) -> bool:
     the host's allocator (PyTorch's "DefaultCPUAllocator: ... you tried to allocate"), not
     hopeless."""
     return says_oom(text) and "cpuallocator" not in text.lower() and not hopeless(text)
+
+
+def beyond_gpu(e: BaseException) -> bool:
+    """Whether ``e`` is a GPU out-of-memory error (says_oom, not the host's allocator) that asked for
+    more than the whole GPU has (hopeless): the same error on every run on this GPU, alone or
+    beside others (H200 audit, stop 40: a ConvTranspose2d with stride 257, one of G05's shapes,
+    asks the fp64 oracle for ~1 TB; read as a shortage, it sent the row to run alone twice)."""
+    text = f"{type(e).__name__}: {e}"
+    return says_oom(text) and "cpuallocator" not in text.lower() and hopeless(text)
 
 
 def is_oom(e: BaseException) -> bool:
@@ -169,13 +181,14 @@ def unmended_ooms() -> int:
     """GPU out-of-memory errors PyTorch's caching allocator raised in this process
     (torch.cuda.memory_stats "num_ooms") that retry() did not take and run again: each ended as an
     error somewhere, in a record that says so or caught by a gate that made something else of it
-    (a review found G03's limit probe reading one as "nothing certified": a wrong FAIL). 0 where CUDA
-    was not started here."""
+    (a review found G03's limit probe reading one as "nothing certified": a wrong FAIL), less those
+    it let stand that asked for more than the whole GPU has (beyond_gpu: running alone mends
+    nothing). 0 where CUDA was not started here."""
     try:
         import torch
         if not torch.cuda.is_initialized():
             return 0
-        return max(0, int(torch.cuda.memory_stats().get("num_ooms", 0)) - _waited[0])
+        return max(0, int(torch.cuda.memory_stats().get("num_ooms", 0)) - _waited[0] - _beyond[0])
     except Exception:  # noqa: BLE001
         return 0
 
@@ -250,6 +263,13 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
             took = time.monotonic() - t
             over = is_oom(e) and hit_cap(e)  # over this process's own cap: no wait for others helps
             if k == RERUNS or not is_oom(e) or over or (may_retry is not None and not may_retry()):
+                if beyond_gpu(e) and not getattr(e, "_kverify_beyond", False):  # counted once (nested retries)
+                    try:
+                        e._kverify_beyond = True
+                    except AttributeError:  # an exception type without a __dict__: counted each time
+                        pass
+                    with _lock:
+                        _beyond[0] += 1
                 raise
             seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
             if deadline is not None:

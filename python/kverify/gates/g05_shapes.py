@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kverify import engine
+from kverify._internal import memory_wait
 from kverify.errors import BudgetSpent
 from kverify.gates.base import Context, accuracy_run, spec_numel
 
@@ -107,7 +108,10 @@ def _valid(ctx: Context, b: dict, capped: bool = True) -> str | None:
     round's candidates and releases them after the round).
     Over budget: inputs past _budget, or inputs + parameters + outputs (Problem.footprint, on meta
     tensors, checked first: building a huge model for real took minutes on the H200 audit) past
-    BUDGET_FACTOR times the own shape's, at least MIN_BUDGET."""
+    BUDGET_FACTOR times the own shape's, at least MIN_BUDGET; or the reference's run there asks for
+    more GPU memory at once than the whole GPU has (memory_wait.beyond_gpu: its intermediates, which
+    the footprint does not count; said without memory_wait.MARKS, so the audit does not take the
+    row for one that ran short beside others)."""
     own, here = _footprint(ctx, None), _footprint(ctx, b)
     if own is not None and here is not None and here > max(MIN_BUDGET, BUDGET_FACTOR * own):
         return "over the memory budget"
@@ -121,6 +125,8 @@ def _valid(ctx: Context, b: dict, capped: bool = True) -> str | None:
     try:
         kept = ctx.store_expected(job)
     except Exception as e:  # noqa: BLE001
+        if memory_wait.beyond_gpu(e):  # the same alone or shared: not a shortage (words free of memory_wait.MARKS)
+            return "over the memory budget: the reference's run asks more at once than the whole GPU has"
         return f"reference raises {type(e).__name__}"
     if capped:
         so_far, size = ctx.cache.get("G05/kept_bytes", 0), _bytes(kept)
