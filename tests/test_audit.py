@@ -411,6 +411,65 @@ def test_the_audit_books_the_rows_its_journal_saw_over_their_cap_whole(corpus, t
     assert seen["capped_before"] == {"ex/g07_inplace"}
 
 
+def test_a_row_that_ran_out_with_a_gpu_to_itself_runs_serially_until_judged_or_taken_out(corpus, tmp_path, monkeypatch):
+    """Journal.serial: the rows noted OOM_WHOLE_TRY (ran out of GPU memory with a GPU to themselves)
+    and not journalled since, none once judged or taken out by --redo after it; the note is no try of
+    its own, kverify report --corpus gives it as the row's reason before the cap's, and run_audit
+    hands the rows to the scheduler (_pipeline's serial_before)."""
+    import kverify.audit as audit_mod
+    from kverify.audit_report import WHY_NOT_JOURNALLED, write_report
+    from kverify.corpus import iter_rows
+    from kverify.journal import OOM_CAP_TRY, OOM_WHOLE_TRY
+
+    rows = {r["id"]: r for _, r in iter_rows(str(corpus))}
+    path = tmp_path / "j.sqlite"
+    j = Journal(path)
+    for rid in ("ex/g07_inplace", "ex/broken", "ex/correct"):
+        j.note_try(rid, "check started")
+        j.note_try(rid, OOM_CAP_TRY)  # booked whole in the next run, where it ran out again
+        j.note_try(rid, OOM_WHOLE_TRY)
+    j.record(rows["ex/broken"], None, "COMPILE_ERROR", "x")  # judged since
+    j.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")
+    j.forget(["ex/correct"], "kverify audit --redo")  # judged, then taken out: a fresh start
+    assert j.serial() == {"ex/g07_inplace"} and j.capped() == {"ex/g07_inplace"}
+    assert j.tries() == {"ex/g07_inplace": 1}
+    j.close()
+    c = write_report([str(path)], str(tmp_path / "rep"), str(corpus))["corpus"]
+    why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
+    assert why["ex/g07_inplace"] == (WHY_NOT_JOURNALLED["serial"], 1)
+    seen = {}
+    monkeypatch.setattr(audit_mod, "_pipeline", lambda *a, **k: seen.update(k))
+    audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1)
+    assert seen["serial_before"] == {"ex/g07_inplace"} and seen["capped_before"] == {"ex/g07_inplace"}
+
+
+def test_a_row_checked_in_the_audit_s_own_process_runs_serially_where_its_journal_says_so(corpus, tmp_path, monkeypatch):
+    """A review's find: --jobs 1 --compile-jobs 0 checks each row in the audit's own process, not
+    through _pipeline, and ignored Journal.serial: a row that ran out with a GPU to itself ran with
+    its workers side by side again. It now runs with KVERIFY_SERIAL_CHECK=1, the others without, and
+    the variable is as it was afterwards."""
+    import os
+
+    import kverify.audit as audit_mod
+    from kverify.journal import OOM_WHOLE_TRY
+
+    path = tmp_path / "j.sqlite"
+    j = Journal(path)
+    j.note_try("ex/g07_inplace", "check started")
+    j.note_try("ex/g07_inplace", OOM_WHOLE_TRY)
+    j.close()
+    seen = {}
+
+    def fake_check_row(corpus, row, opts):
+        seen[row["id"]] = os.environ.get("KVERIFY_SERIAL_CHECK")
+        return None, "UNJUDGED", "not checked (test)"
+    monkeypatch.delenv("KVERIFY_SERIAL_CHECK", raising=False)
+    monkeypatch.setattr(audit_mod, "check_row", fake_check_row)
+    audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=1, compile_jobs=0)
+    assert seen.pop("ex/g07_inplace") == "1" and seen and set(seen.values()) == {None}
+    assert "KVERIFY_SERIAL_CHECK" not in os.environ
+
+
 def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_path):
     """kverify report --corpus: each corpus row without a record is counted once, with why, from the
     journals' tries and forgotten tables; the set-aside note (OOM_TRY) is no try of its own."""

@@ -103,7 +103,7 @@ class FakeProcess:
 
 def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, check_s=(5, 50), time_limit=None,
         opts=None, host_total=None, ramp_s=0.0, external=0, big_out=(), out_gib=8, params=0, over_cap=(),
-        capped_before=(), caught=()):
+        capped_before=(), caught=(), serial_before=(), mem=None):
     """Rows r0..r{n-1}: 1 MiB of inputs, 8 GiB for those in ``big``; no outputs, ``out_gib`` GiB
     for those in ``big_out``; ``params`` bytes of parameters each. ``host_total`` (MiB): a host of that memory, each process taking what the audit expects of
     it (kverify.audit.host_need_mib), growing to it over its first ``ramp_s`` seconds, until its
@@ -111,7 +111,9 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, c
     most the audit took at once. Without it, no host memory reading (nothing held back). Rows in
     ``over_cap`` (and ``oom``) run out of memory over their own cap at first, those in ``caught`` (and
     ``oom``) with a record that does not say so (a gate caught it); ``capped_before``: the
-    rows an earlier run set aside so (_pipeline's capped_before)."""
+    rows an earlier run set aside so (_pipeline's capped_before); ``serial_before``: the rows an
+    earlier run saw run out with a GPU to themselves (_pipeline's serial_before). ``mem``: the
+    nvidia-smi reading (gpu_memory_mib) instead of every GPU an H200's with 4000 MiB in use."""
     rnd = random.Random(seed)
     spec = {f"r{i}": {"inputs": 8 * GIB if i in big else 2**20, "outputs": out_gib * GIB if i in big_out else 0, "params": params,
                       "check_s": rnd.uniform(*check_s), "oom_first": i in oom, "over_cap": i in over_cap,
@@ -139,13 +141,13 @@ def run(monkeypatch, n, gpus, jobs, compile_jobs, gib, big=(), oom=(), seed=0, c
     monkeypatch.setattr(audit.multiprocessing, "get_context", lambda method: Ctx())
     monkeypatch.setattr(audit, "mp_wait", w.wait)
     monkeypatch.setattr(audit, "time", FakeTime)
-    monkeypatch.setattr(audit, "gpu_memory_mib", lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs})
+    monkeypatch.setattr(audit, "gpu_memory_mib", mem or (lambda gs: {g: (TOTAL_MIB - 4000, TOTAL_MIB) for g in gs}))
     recorded = []
     w.tries = []  # (row id, what) of every note_try
     audit._pipeline("corpus", [{"id": r} for r in spec], opts or {}, jobs, compile_jobs,
                     lambda row, *a, **k: recorded.append(row["id"]), gpus=gpus, gpu_gib=gib, time_limit=time_limit,
                     note_try=lambda row, what: w.tries.append((row["id"], what)),
-                    capped_before={f"r{i}" for i in capped_before})
+                    capped_before={f"r{i}" for i in capped_before}, serial_before={f"r{i}" for i in serial_before})
     assert sorted(recorded) == sorted(spec), "every row recorded exactly once"
     return w
 
@@ -487,3 +489,39 @@ def test_a_row_booked_whole_that_runs_out_of_memory_runs_again_serially_not_as_o
         assert starts == [False, True], (rid, starts)  # with the GPU to itself, then serially
     assert not overlaps(w.trace, {"r3", "r5"})
     assert w.tries_of(audit.OOM_TRY) == ["r7"] and not w.tries_of(audit.OOM_CAP_TRY)
+    assert sorted(w.tries_of(audit.OOM_WHOLE_TRY)) == ["r3", "r5"]  # later runs: serially from the start
+
+
+@pytest.mark.parametrize("gpus,compile_jobs", [(["0"], 2), (["0"], 0), (["0", "1"], 2)])
+def test_a_row_an_earlier_run_saw_run_out_with_a_gpu_to_itself_runs_serially_at_once(monkeypatch, gpus, compile_jobs):
+    """serial_before (Journal.serial): such a row runs once, serially, never beside another check
+    (not whole first, then serially: ~150 s each on the H200, stop 40), also without a build step;
+    on one GPU after every other row; its capped booking from the same run changes nothing."""
+    w = run(monkeypatch, 14, gpus, 4, compile_jobs, 8, oom={4}, capped_before={2}, serial_before={2, 9})
+    for rid in ("r2", "r9"):
+        starts = [x[5] for x in w.trace if x[3] == rid and x[2] == "check" and x[1] == "start"]
+        assert starts == [True], (rid, starts)
+    assert not overlaps(w.trace, set())
+    if len(gpus) == 1:
+        others = [t for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and ev == "start" and not serial]
+        assert max(others) <= min(t for t, ev, kind, rid, gpu, serial in w.trace
+                                  if kind == "check" and ev == "start" and rid in ("r2", "r9"))
+    assert not w.tries_of(audit.OOM_WHOLE_TRY) and not any(w == "booked whole: waits for the GPU to itself"
+                                                            for _, w in w.tries)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_row_booked_whole_that_shared_a_larger_gpu_is_not_taken_for_one_that_ran_alone(monkeypatch, seed):
+    """A review's find: on GPUs of different memory a row booked whole (the smallest GPU's memory,
+    booked()) leaves room on a larger one; where another check ran beside it and it ran out, it did
+    not have the GPU to itself: noted as set aside beside others (OOM_TRY or OOM_CAP_TRY), not
+    OOM_WHOLE_TRY. Where nothing ran beside it, it is noted OOM_WHOLE_TRY as before."""
+    mem = lambda gs: {"0": (80000 - 4000, 80000), "1": (TOTAL_MIB - 4000, TOTAL_MIB)}  # noqa: E731
+    w = run(monkeypatch, 12, ["0", "1"], 8, 4, 8, big={3}, oom={3}, seed=seed, mem=mem)
+    first = next(x for x in w.trace if x[3] == "r3" and x[2] == "check" and not x[5])
+    end = next(t for t, ev, kind, rid, *_ in w.trace if ev == "end" and kind == "check" and rid == "r3" and t >= first[0])
+    beside = {rid for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and rid != "r3" and gpu == first[4]
+              and ev == "start" and t < end} - {rid for t, ev, kind, rid, gpu, serial in w.trace
+                                                if kind == "check" and ev == "end" and t <= first[0]}
+    notes = [what for r, what in w.tries if r == "r3" and what in audit.OOM_NOTES]
+    assert notes == ([audit.OOM_TRY] if beside else [audit.OOM_WHOLE_TRY]), (beside, notes)

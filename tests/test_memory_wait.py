@@ -567,6 +567,35 @@ def test_an_error_asking_more_than_the_whole_gpu_is_not_unmended(fresh, monkeypa
                                              "allocate 9000000000000000 bytes"))
 
 
+def test_an_error_past_the_whole_gpu_wrapped_between_retries_is_counted_once(fresh, monkeypatch):
+    """A review's find: a retry() around code that re-raises the inner retry's error in a new
+    exception (same words, ``raise ... from``) counted the one allocator error twice, which would hide
+    a real shortage; the mark is now looked for along __cause__/__context__. An exception whose
+    __setattr__ raises is not replaced by that error."""
+    monkeypatch.setattr(memory_wait, "_waited", [0])
+    monkeypatch.setattr(fresh, "_device_total", lambda: 140 << 30)
+    huge = "CUDA out of memory. Tried to allocate 976.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+
+    def inner():
+        raise torch.OutOfMemoryError(huge)
+
+    def wrapped():
+        try:
+            fresh.retry(inner)
+        except torch.OutOfMemoryError as e:
+            raise RuntimeError(f"reference failed: {e}") from e
+    with pytest.raises(RuntimeError):
+        fresh.retry(wrapped)
+    _gpu_stats(monkeypatch, 2, GIB)  # the huge error and a real shortage a gate caught outside retry
+    assert fresh.unmended_ooms() == 1
+
+    class Frozen(torch.OutOfMemoryError):
+        def __setattr__(self, name, value):
+            raise TypeError("frozen")
+    with pytest.raises(Frozen):
+        fresh.retry(lambda: (_ for _ in ()).throw(Frozen(huge)))
+
+
 def test_an_error_over_the_cap_on_the_last_try_is_remembered(fresh, monkeypatch):
     """A review's find: the last try's error stood before hit_cap was asked, so a run whose last
     try went over the cap (the earlier ones ran out beside others) was not known to have."""

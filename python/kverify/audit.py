@@ -30,6 +30,7 @@ far; with KVERIFY_STACK_DIR set it first has them write their Python stacks ther
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import math
@@ -50,7 +51,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_TRY, Journal, cut_by_budget
+from kverify.journal import CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, Journal, cut_by_budget
 
 #: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
 #: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
@@ -404,7 +405,7 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         tried: set[str] = set()
 
         def note_try(row, what: str) -> None:  # once per row and run: its check started, or it waits to run alone
-            if what in (OOM_TRY, OOM_CAP_TRY):  # beside that once: why it is not journalled yet (kverify report --corpus)
+            if what in OOM_NOTES:  # beside that once: why it is not journalled yet (kverify report --corpus)
                 journals[shard_of[row["id"]]].note_try(row["id"], what)
             elif row["id"] not in tried:
                 tried.add(row["id"])
@@ -422,6 +423,7 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         if stacks and not (os.path.isdir(stacks) and os.access(stacks, os.W_OK)):
             log(f"{STACK_ENV}={stacks} is not a writable folder: no stack dumps of interrupted rows")
         limit = TimeLimit(time_limit, jobs) if time_limit is not None else None
+        serial = set().union(*(j.serial() for j in journals.values()))
         if jobs == 1 and compile_jobs == 0:  # in this process, one row at a time
             for k, row in enumerate(todo):
                 if limit is not None and not limit.may_check(idle=True):
@@ -429,7 +431,8 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
                     break
                 t, cpu = time.monotonic(), cpu_seconds()
                 note_try(row, "check started")
-                res = check_row(corpus, row, opts)
+                with _serial_check(row["id"] in serial):  # ran out with a GPU to itself before (Journal.serial)
+                    res = check_row(corpus, row, opts)
                 seconds = time.monotonic() - t
                 if limit is not None:
                     limit.note("check", seconds)
@@ -437,13 +440,33 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         else:
             capped = set().union(*(j.capped() for j in journals.values()))
             _pipeline(corpus, todo, opts, jobs, compile_jobs, record, gpus=gpus, log=log, gpu_gib=gpu_gib,
-                      time_limit=limit, note_try=note_try, capped_before=capped)
+                      time_limit=limit, note_try=note_try, capped_before=capped, serial_before=serial)
     for i, j in journals.items():
         mine = dict.fromkeys(CLASSES, 0)
         mine.update({k: v for k, v in j.counts().items() if k in mine})
         j.close()
         Console().print(f"journal {paths[i]}: {sum(mine.values())} kernels — "
                         + " ".join(f"{k} {v}" for k, v in mine.items() if v or k in CLASSES[:3]), soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _serial_check(on: bool):
+    """KVERIFY_SERIAL_CHECK=1 (one worker at a time: kverify.check) while the block runs, where ``on``;
+    the variable as it was afterwards. For a row checked in this process (--jobs 1 --compile-jobs 0)
+    that an earlier run saw run out of GPU memory with a GPU to itself (Journal.serial), as _task
+    does for the scheduler's serial checks."""
+    if not on:
+        yield
+        return
+    was = os.environ.get("KVERIFY_SERIAL_CHECK")
+    os.environ["KVERIFY_SERIAL_CHECK"] = "1"
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop("KVERIFY_SERIAL_CHECK", None)
+        else:
+            os.environ["KVERIFY_SERIAL_CHECK"] = was
 
 
 def row_line(row: dict, report: dict | None, klass: str, reason: str, seconds: float) -> str:
@@ -862,7 +885,8 @@ class TimeLimit:
 def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
               gpus: list[str] | None = None, log=lambda msg: None, gpu_gib: float = 0.0,
               time_limit: TimeLimit | None = None, note_try=lambda row, what: None,
-              capped_before: set[str] | frozenset = frozenset()) -> None:
+              capped_before: set[str] | frozenset = frozenset(),
+              serial_before: set[str] | frozenset = frozenset()) -> None:
     """Each stage of each row in its own process: precompiles (``compile_jobs`` at once) feed the
     checks (``jobs`` at once); ``record`` is called here, in the parent. A process that dies
     without a result (e.g. killed for memory) is retried; after ``attempts`` deaths the row is
@@ -891,13 +915,19 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     ran out over its own cap. With a booking (``gpus``, ``gpu_gib`` > 0) a check that shares its GPU
     has its own process capped at check_cap_mib of its booking (not a row that runs alone or booked
     whole); the rows of ``capped_before`` (earlier runs set them aside over their cap: Journal.capped)
-    are booked for a whole GPU."""
+    are booked for a whole GPU. A check that had a GPU to itself (booked whole, or run alone but not
+    serially) and ran out of memory is noted journal.OOM_WHOLE_TRY and run again serially; the rows of
+    ``serial_before`` (earlier runs noted them so: Journal.serial) are run serially from the start
+    (with the rows run alone: on one GPU once no other row is left)."""
     from kverify.sandbox import describe_exit
 
     ctx = multiprocessing.get_context("spawn")
     tmp = Path(tempfile.mkdtemp(prefix="kverify-audit-"))
     waiting = {"build": deque(todo) if compile_jobs else deque(), "check": deque() if compile_jobs else deque(todo),
                "alone": deque()}
+    for r in [r for r in waiting["check"] if r["id"] in serial_before]:  # no build step: serially from the start
+        waiting["check"].remove(r)
+        waiting["alone"].append(r)
     limit = {"build": compile_jobs, "check": jobs, "alone": 1}
     running: dict[int, tuple] = {}  # sentinel -> (process, stage, row, out file, gpu, start time, need MiB, host MiB)
     built: dict[str, float] = {}
@@ -916,6 +946,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
     queued: dict[str, float] = {r["id"]: time.monotonic() for r in waiting["check"]}  # when each row began to wait
     whole_alone: set[str] = set()  # rows booked whole in waiting["alone"]: they run there, but not serially
     cap_at: dict[str, int | None] = {}  # row id -> the GPU memory cap (MiB) its last check started with
+    # rows whose running check had another check on its GPU at some time (a row booked at the smallest
+    # GPU's memory leaves room beside it on a larger one: a review's find), so not "with the GPU to itself"
+    shared_run: set[str] = set()
 
     def choose_gpu(stage: str, need: int) -> tuple[bool, str | None]:
         """(may a process of ``stage`` start now, the GPU id to give it or None: every GPU this
@@ -1022,6 +1055,10 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         cap = cap_of(stage, need) if kind == "check" else None
         if kind == "check":
             cap_at[row["id"]] = cap
+            beside = [r[2]["id"] for r in running.values()
+                      if r[1] != "build" and (gpu is None or r[4] is None or r[4] == gpu)]
+            if beside:
+                shared_run.update(beside + [row["id"]])
         p = ctx.Process(target=_task, args=(kind, corpus, row, opts, out, gpu, serial, cap), daemon=True)
         host = host_need(kind, row)
         if held[0] == (kind, row["id"]):
@@ -1154,28 +1191,34 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                         record(row, None, "COMPILE_ERROR" if status == "compile_error" else "UNJUDGED", error, seconds)
                     else:
                         built[row["id"]] = seconds
-                        waiting["check"].append(row)
+                        if row["id"] in serial_before:  # ran out with a GPU to itself before: serially at once
+                            waiting["alone"].append(row)
+                        else:
+                            waiting["check"].append(row)
                         queued[row["id"]] = time.monotonic()
-                        if one_gpu and whole(row):  # it waits for the GPU to itself: until no other row is left
+                        if one_gpu and whole(row) and row["id"] not in serial_before:  # waits for the GPU to itself: until no other row is left
                             note_try(row, "booked whole: waits for the GPU to itself")
                         log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB "
                             f"params {param_bytes / 2**30:.2f} GiB outputs {output_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
-                            + (f"  {error[:160]}" if error else ""))
+                            + (f"  {error[:160]}" if error else "")
+                            + ("  (to run serially: it ran out of GPU memory with a GPU to itself before)"
+                               if row["id"] in serial_before and status not in ("compile_error", "fault") else ""))
                 else:
                     report, klass, reason, seconds, cpu, *more = res
                     status = more[0] if more and isinstance(more[0], dict) else {}  # _task: gpu_oom_status
                     where = oom_where(report, reason)
                     if not where and status.get("ooms"):  # caught by a gate that made something else of it
                         where = "caught in the check"
-                    # alone, not serially: from the queue of rows run alone, or booked whole (gpu_with_room let
-                    # no other check join it; on one GPU such rows start from "check")
-                    whole_run = (stage in ("alone", "whole") and row["id"] in whole_alone) or (stage == "check" and whole(row))
+                    # alone, not serially: from the queue of rows run alone, or booked whole (on one GPU such rows
+                    # start from "check") and no other check ran on its GPU meanwhile (shared_run)
+                    whole_run = ((stage in ("alone", "whole") and row["id"] in whole_alone)
+                                 or (stage == "check" and whole(row) and row["id"] not in shared_run))
                     whole_alone.discard(row["id"])
+                    shared_run.discard(row["id"])
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:
                         waiting["alone"].append(row)  # serially this time
                         capped = stage == "check" and bool(status.get("over_cap"))  # its own cap, not its neighbours
-                        if not whole_run:
-                            note_try(row, OOM_CAP_TRY if capped else OOM_TRY)
+                        note_try(row, OOM_WHOLE_TRY if whole_run else OOM_CAP_TRY if capped else OOM_TRY)
                         on = f" on GPU {gpu_used}" if gpu_used is not None else ""
                         said = oom_detail(report, reason)  # the oracle's run or the candidate's
                         over = (f" over its own cap of {(cap_at.get(row['id']) or 0) / 1024:.0f} GiB "

@@ -70,13 +70,15 @@ def load(journals: list[str]) -> list[dict]:
 
 
 #: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` since the row
-#: was last taken out by ``--redo`` (``forgotten``), the first that applies: set aside after running
+#: was last taken out by ``--redo`` (``forgotten``), the first that applies: ran out of GPU memory with a
+#: GPU to itself (journal.OOM_WHOLE_TRY: run serially from then on); set aside after running
 #: out of GPU memory over its own cap (journal.OOM_CAP_TRY: booked whole from then on), or beside other
 #: checks (journal.OOM_TRY); booked for a whole GPU (on one GPU it
 #: waits until no other row is left); its check started in some run and never ended there (the
 #: run's time limit, a kill); taken out by ``--redo`` and not tried since; no try recorded
 WHY_NOT_JOURNALLED = {
     "forgotten": "taken out by --redo, not tried since",
+    "serial": "out of GPU memory with a GPU to itself: runs serially on a GPU emptied for it",
     "capped": "out of GPU memory over its own cap beside other checks: booked for a whole GPU",
     "oom": "out of GPU memory beside other checks: to run alone",
     "whole": "booked for a whole GPU: runs once nothing else is left",
@@ -97,7 +99,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     share or a journalled row that is not in the corpus (journals of another corpus)."""
     from kverify.audit import parse_shards
     from kverify.corpus import identified_rows
-    from kverify.journal import OOM_CAP_TRY, OOM_TRY
+    from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY
 
     ids = [r["id"] for _, _, r in identified_rows(corpus)]
     done = {k["id"] for k in kernels}
@@ -134,11 +136,11 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         if i in done:
             continue
         w = [what for at, what in tries.get(i, []) if at >= forgotten.get(i, 0.0)]  # since its last --redo
-        key = ("capped" if OOM_CAP_TRY in w else "oom" if OOM_TRY in w
+        key = ("serial" if OOM_WHOLE_TRY in w else "capped" if OOM_CAP_TRY in w else "oom" if OOM_TRY in w
                else "whole" if any(x.startswith("booked whole") for x in w)
                else "started" if w else "forgotten" if i in forgotten else "never")
         missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key],
-                        "tries": sum(x not in (OOM_TRY, OOM_CAP_TRY) for x in w)})
+                        "tries": sum(x not in OOM_NOTES for x in w)})
     reasons = Counter(m["reason"] for m in missing)
     return {"file": str(corpus), "rows": len(ids), "shards": sorted(f"{a}/{b}" for a, b in shards) if shards else None,
             "journalled": len(ids) - len(missing), "not_journalled": len(missing),

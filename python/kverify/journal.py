@@ -52,6 +52,12 @@ OOM_TRY = "out of GPU memory beside other checks: to run alone"
 #: the same, where the check ran out over its own process's cap (kverify.audit.check_cap_mib): later runs
 #: book the row for a whole GPU (Journal.capped)
 OOM_CAP_TRY = "out of GPU memory over its cap beside other checks: booked whole from now on"
+#: the same, where the check had a GPU to itself (booked whole, or run alone, not serially) and still ran
+#: out: later runs start the row serially at once (Journal.serial), not whole first (H200, stop 40: three
+#: rows ran ~150 s whole, ran out in G05 again and waited to run serially when the call ended)
+OOM_WHOLE_TRY = "out of GPU memory with the GPU to itself: serially from now on"
+#: the notes that say why a row was set aside, not a try of their own (Journal.tries)
+OOM_NOTES = (OOM_TRY, OOM_CAP_TRY, OOM_WHOLE_TRY)
 
 
 def cut_by_budget(verdict: str, summary: str | None) -> bool:
@@ -142,15 +148,16 @@ class Journal:
 
     def tries(self) -> dict[str, int]:
         """{kernel id: number of note_try records since it was last taken out (``forgotten``,
-        --redo)} for the rows not journalled (yet), OOM_TRY and OOM_CAP_TRY notes not counted: a row
+        --redo)} for the rows not journalled (yet), OOM_NOTES not counted: a row
         that was tried, finished and is now checked again starts from none."""
         if "tries" not in self.tables:
             return {}
         done = self.done()
+        marks = ", ".join("?" * len(OOM_NOTES))
         return {k: n for k, n in self.db.execute(
-                    f"SELECT t.id, COUNT(*) FROM tries t WHERE COALESCE(t.what, '') NOT IN (?, ?){self._since()} "
+                    f"SELECT t.id, COUNT(*) FROM tries t WHERE COALESCE(t.what, '') NOT IN ({marks}){self._since()} "
                     "GROUP BY t.id",
-                    (OOM_TRY, OOM_CAP_TRY))
+                    OOM_NOTES)
                 if k not in done}
 
     def capped(self) -> set[str]:
@@ -161,6 +168,15 @@ class Journal:
             return set()
         return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
                                                (OOM_CAP_TRY,))} - self.done()
+
+    def serial(self) -> set[str]:
+        """Ids of the rows not journalled (yet) that ran out of GPU memory with a GPU to themselves
+        (OOM_WHOLE_TRY) since they were last taken out (``forgotten``, --redo): kverify.audit runs
+        them serially from the start."""
+        if "tries" not in self.tables:
+            return set()
+        return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
+                                               (OOM_WHOLE_TRY,))} - self.done()
 
     def _since(self) -> str:
         """SQL condition on ``tries t``: the try came after the row was last taken out (--redo)."""

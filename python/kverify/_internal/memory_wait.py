@@ -244,6 +244,26 @@ def _pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _counted(e: BaseException) -> bool:
+    """Whether the error ``e`` was counted in _beyond already, by an inner retry() that let it, or an
+    error it was raised from or while handling (__cause__, __context__: a wrapper with the same
+    words), stand; marks ``e`` counted (an exception that refuses the mark is counted each time)."""
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if getattr(x, "_kverify_beyond", False):
+            return True
+        todo += [x.__cause__, x.__context__]
+    try:
+        e._kverify_beyond = True
+    except Exception:  # noqa: BLE001 — a __setattr__ of its own must not replace the error
+        pass
+    return False
+
+
 def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
     """``fn()``; when it raises an out-of-memory error (is_oom) and ``may_retry()`` (None: always)
     says the try left nothing behind, ``on_oom()`` (to count it), a pause and ``fn()`` again, at
@@ -263,11 +283,7 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
             took = time.monotonic() - t
             over = is_oom(e) and hit_cap(e)  # over this process's own cap: no wait for others helps
             if k == RERUNS or not is_oom(e) or over or (may_retry is not None and not may_retry()):
-                if beyond_gpu(e) and not getattr(e, "_kverify_beyond", False):  # counted once (nested retries)
-                    try:
-                        e._kverify_beyond = True
-                    except AttributeError:  # an exception type without a __dict__: counted each time
-                        pass
+                if beyond_gpu(e) and not _counted(e):  # once per allocator error, through nested retries
                     with _lock:
                         _beyond[0] += 1
                 raise
