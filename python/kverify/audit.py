@@ -1210,9 +1210,9 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                     if not where and status.get("ooms"):  # caught by a gate that made something else of it
                         where = "caught in the check"
                     # alone, not serially: from the queue of rows run alone, or booked whole (on one GPU such rows
-                    # start from "check") and no other check ran on its GPU meanwhile (shared_run)
+                    # start from "check"), and no other check ran on its GPU meanwhile (shared_run)
                     whole_run = ((stage in ("alone", "whole") and row["id"] in whole_alone)
-                                 or (stage == "check" and whole(row) and row["id"] not in shared_run))
+                                 or (stage == "check" and whole(row))) and row["id"] not in shared_run
                     whole_alone.discard(row["id"])
                     shared_run.discard(row["id"])
                     if (stage == "check" and (jobs > 1 or compile_jobs) or whole_run) and where:

@@ -164,19 +164,21 @@ class Journal:
         """Ids of the rows not journalled (yet) that a run set aside after they ran out of GPU memory
         over their own cap (OOM_CAP_TRY) since they were last taken out (``forgotten``, --redo):
         kverify.audit books them for a whole GPU."""
-        if "tries" not in self.tables:
-            return set()
-        return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
-                                               (OOM_CAP_TRY,))} - self.done()
+        return self._noted(OOM_CAP_TRY)
 
     def serial(self) -> set[str]:
         """Ids of the rows not journalled (yet) that ran out of GPU memory with a GPU to themselves
         (OOM_WHOLE_TRY) since they were last taken out (``forgotten``, --redo): kverify.audit runs
         them serially from the start."""
+        return self._noted(OOM_WHOLE_TRY)
+
+    def _noted(self, what: str) -> set[str]:
+        """Ids of the rows not journalled (yet) with a ``tries`` note ``what`` since they were last
+        taken out (``forgotten``, --redo)."""
         if "tries" not in self.tables:
             return set()
         return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
-                                               (OOM_WHOLE_TRY,))} - self.done()
+                                               (what,))} - self.done()
 
     def _since(self) -> str:
         """SQL condition on ``tries t``: the try came after the row was last taken out (--redo)."""
