@@ -394,17 +394,23 @@ def test_a_row_over_its_own_gpu_cap_is_booked_whole_until_judged_or_taken_out(co
     assert why["ex/g08_tail_unwritten"] == (WHY_NOT_JOURNALLED["oom"], 1)
 
 
+def _noted_journal(tmp_path, rid: str, note: str):
+    """A journal at tmp_path/j.sqlite where ``rid``'s check started and was noted ``note``; its path."""
+    path = tmp_path / "j.sqlite"
+    j = Journal(path)
+    j.note_try(rid, "check started")
+    j.note_try(rid, note)
+    j.close()
+    return path
+
+
 def test_the_audit_books_the_rows_its_journal_saw_over_their_cap_whole(corpus, tmp_path, monkeypatch):
     """run_audit hands Journal.capped()'s rows to the scheduler (_pipeline's capped_before), which
     books them for a whole GPU (tests/test_audit_schedule.py)."""
     import kverify.audit as audit_mod
     from kverify.journal import OOM_CAP_TRY
 
-    path = tmp_path / "j.sqlite"
-    j = Journal(path)
-    j.note_try("ex/g07_inplace", "check started")
-    j.note_try("ex/g07_inplace", OOM_CAP_TRY)
-    j.close()
+    path = _noted_journal(tmp_path, "ex/g07_inplace", OOM_CAP_TRY)
     seen = {}
     monkeypatch.setattr(audit_mod, "_pipeline", lambda *a, **k: seen.update(k))
     audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1)
@@ -453,11 +459,7 @@ def test_a_row_checked_in_the_audit_s_own_process_runs_serially_where_its_journa
     import kverify.audit as audit_mod
     from kverify.journal import OOM_WHOLE_TRY
 
-    path = tmp_path / "j.sqlite"
-    j = Journal(path)
-    j.note_try("ex/g07_inplace", "check started")
-    j.note_try("ex/g07_inplace", OOM_WHOLE_TRY)
-    j.close()
+    path = _noted_journal(tmp_path, "ex/g07_inplace", OOM_WHOLE_TRY)
     seen = {}
 
     def fake_check_row(corpus, row, opts):

@@ -94,20 +94,25 @@ def hopeless(text: str, total_bytes: int | None = None) -> bool:
     return float(m.group(1)) * _UNIT[m.group(2).lower()] > total_bytes
 
 
+def _gpu_says_oom(text: str) -> bool:
+    """says_oom, and not of the host's allocator (PyTorch's "DefaultCPUAllocator: ... you tried to
+    allocate")."""
+    return says_oom(text) and "cpuallocator" not in text.lower()
+
+
 def gpu_oom(text: str) -> bool:
-    """Whether ``text`` reports a GPU out-of-memory error that waiting may mend: says_oom, not
-    the host's allocator (PyTorch's "DefaultCPUAllocator: ... you tried to allocate"), not
+    """Whether ``text`` reports a GPU out-of-memory error that waiting may mend: _gpu_says_oom, not
     hopeless."""
-    return says_oom(text) and "cpuallocator" not in text.lower() and not hopeless(text)
+    return _gpu_says_oom(text) and not hopeless(text)
 
 
 def beyond_gpu(e: BaseException) -> bool:
-    """Whether ``e`` is a GPU out-of-memory error (says_oom, not the host's allocator) that asked for
+    """Whether ``e`` is a GPU out-of-memory error (_gpu_says_oom) that asked for
     more than the whole GPU has (hopeless): the same error on every run on this GPU, alone or
     beside others (H200 audit, stop 40: a ConvTranspose2d with stride 257, one of G05's shapes,
     asks the fp64 oracle for ~1 TB; read as a shortage, it sent the row to run alone twice)."""
     text = f"{type(e).__name__}: {e}"
-    return says_oom(text) and "cpuallocator" not in text.lower() and hopeless(text)
+    return _gpu_says_oom(text) and hopeless(text)
 
 
 def is_oom(e: BaseException) -> bool:
