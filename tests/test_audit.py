@@ -286,6 +286,22 @@ def test_the_report_counts_compile_errors_the_candidate_caught():
     assert "caught their failed build" not in markdown(build(rows[1:2]))
 
 
+def test_the_report_lists_rows_that_read_the_references_names():
+    """meta.borrowed (rules .11): the rows whose candidate reads names only the reference's file
+    defines are listed with the names; rows without the key (older rules) or with none are not."""
+    from kverify.audit_report import build, markdown
+
+    def row(i, meta):
+        return {"id": f"r{i}", "class": "CLEAN", "standard": "PASS", "source": "s", "level": 1, "backend": "cuda",
+                "gpu": "H100", "reason": None, "gates": {}, "report": json.dumps({"meta": meta})}
+
+    rep = build([row(0, {"borrowed": ["batch_size", "helper"]}), row(1, {"borrowed": []}), row(2, {})])
+    assert rep["borrowed"] == {"r0": ["batch_size", "helper"]}
+    assert "1 row(s) read names their reference's file defines" in markdown(rep)
+    assert "r0 (batch_size, helper)" in markdown(rep)
+    assert "read names their reference" not in markdown(build([row(1, {"borrowed": []})]))
+
+
 def test_not_judged_reasons_keep_what_they_are_and_drop_only_locations():
     """Stop 22's note: the "Not judged" table showed "UNJUDGED: G02, ... not established" without
     its "row budget spent:" (everything before the second colon went, meant for locations)."""

@@ -22,6 +22,9 @@ class CountingOracle:
         self.runs += 1
         return [torch.full((3,), float(self.runs), dtype=torch.float64)], [torch.ones(3)]
 
+    def forget(self, binding):
+        """Oracle.forget: no models here to drop."""
+
 
 def _ctx():
     return Context(problem=None, specs=[], device="cpu", seed=0, oracle=CountingOracle())
@@ -112,6 +115,80 @@ def test_g05_drops_the_models_of_its_variants_once_judged(monkeypatch):
     keep = {repr(sorted((b or {}).items())) for b in (None, small)}
     assert oracles and set(oracles[0]._models) <= keep, sorted(oracles[0]._models)
 
+
+
+@pytest.mark.parametrize("keep_nothing", [False, True])
+def test_g05_holds_at_most_one_variant_model_pair_at_a_time(monkeypatch, keep_nothing):
+    """While planning and judging, G05 drops each variant's pair as soon as its reference has run
+    (or its outcome is judged): kept until the gate's end they filled an H200 for a reference
+    with 8 GiB of parameters (audit row opus4_level3_20250903_035524/L3/P2, stop 41).
+    ``keep_nothing``: no planned outputs kept (KEEP_BYTES 0), so every variant's pair is built
+    again when it is judged."""
+    from kverify.gates import g05_shapes
+    from kverify.problem import Oracle
+
+    if keep_nothing:
+        monkeypatch.setattr(g05_shapes, "KEEP_BYTES", 0)
+
+    held = []
+    orig = Oracle.models
+
+    def spy(self, binding=None):
+        got = orig(self, binding)
+        held.append(len(self._models))
+        return got
+
+    monkeypatch.setattr(Oracle, "models", spy)
+    r = check((RELU / "reference.py").read_text(), str(RELU / "reference.py"), (RELU / "correct.py").read_text(),
+              str(RELU / "correct.py"), device="cpu", gates=["G05"], standard=False)
+    g05 = r["gates"][0]
+    assert g05["verdict"] == "PASS" and len(g05["evidence"]["variants"]) > 2, g05["summary"]
+    pinned = len({repr(sorted((b or {}).items())) for b in (None, r["meta"]["gate_shape"]["binding"])})
+    n = len(g05["evidence"]["variants"])
+    assert len(held) > (2 * n if keep_nothing else n) and max(held) <= pinned + 1, held
+
+
+def test_the_worker_keeps_one_transient_model_and_every_pinned_one():
+    """kverify._internal.worker.Runner.model: G05's variant jobs ("transient") keep only the last
+    variant's pair, dropped before the next one is built; other bindings are built once and kept."""
+    from types import SimpleNamespace
+
+    from kverify._internal.worker import Runner
+
+    built, alive = [], set()
+    a, b = {"n": 3}, {"n": 5}
+    variants = {repr(a), repr(b)}
+
+    class Pair(tuple):
+        def __del__(self):
+            alive.discard(self[0])
+
+    def build(binding):
+        name = repr(binding)
+        if name in variants:  # the last variant's pair is gone before the next one is built
+            assert not alive & variants, alive
+        built.append(name)
+        alive.add(name)
+        return Pair((name, "ref"))
+
+    r = SimpleNamespace(models={}, transient=None, problem=SimpleNamespace(bind=lambda b: None), _build=build)
+    model = Runner.model.__get__(r)
+    assert model(None) == "None"
+    assert model(a, True) == repr(a) and model(a, True) == repr(a)  # kept while asked again
+    assert model(b, True) == repr(b) and repr(a) not in alive and repr(b) in alive
+    small = {"n": 7}
+    assert model(small) == repr(small) and model(small, True) == repr(small)  # a kept binding as it is
+    assert model(None) == "None"
+    assert built == ["None", repr(a), repr(b), repr(small)]
+    assert "None" in alive and repr(small) in alive
+
+
+def test_g05_variant_jobs_are_transient():
+    from kverify.gates import g05_shapes
+
+    ctx = Context(problem=None, specs=[], device="cpu", seed=0, oracle=CountingOracle())
+    ctx.cache[("specs", repr(sorted({"n": 3}.items())))] = []
+    assert g05_shapes._job(ctx, {"n": 3})["transient"] is True
 
 
 def test_in_an_audit_gpu_cache_is_given_back_after_each_host_store_and_release(monkeypatch):

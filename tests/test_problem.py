@@ -435,3 +435,188 @@ def test_a_cuda_candidate_on_a_torch_without_cuda_gets_kverifys_reason(monkeypat
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA torch: torch's own message stands
     with pytest.raises(LoadError, match="raised OSError while loading: CUDA_HOME"):
         exec_module(src, "cand.py", "kv_cuda_home_test", "candidate")
+
+
+BORROWING_REF = """import torch
+import torch.nn as nn
+
+scale = 3.0
+
+
+def helper(x):
+    return x * scale
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return helper(x).reshape(batch_size, dim)
+
+
+batch_size = 6
+dim = 40
+
+
+def get_inputs():
+    return [torch.randn(batch_size * dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+#: reads the reference's scale, helper, batch_size and dim as globals, as KernelBench's one
+#: namespace lets it (audit rows kbleaderboard/deepseek-coder/L2/P10, L3/P29,
+#: claude-3.5-sonnet/L3/P33): loaded alone it raises NameError
+BORROWING_CAND = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    scaled = staticmethod(helper)  # read while the file loads
+
+    def forward(self, x):
+        batch = batch_size  # a local of its own named otherwise; batch_size read as a global
+        return self.scaled(x).view(batch, dim)
+"""
+
+
+def test_borrowed_names_are_the_globals_a_candidate_reads_and_the_reference_defines():
+    from kverify.problem import borrowed_names
+
+    ref = Problem(BORROWING_REF, "ref.py").module
+    assert borrowed_names(BORROWING_CAND, "c.py", ref) == ["batch_size", "dim", "helper"]
+    own = """import torch
+from math import pi as scale
+dim = 3
+def f(batch_size):
+    global helper
+    helper = 1
+    g = lambda n: n + batch_size
+    return [len(str(i)) for i in range(dim)], __file__, g
+class ModelNew(torch.nn.Module):
+    k = undefined_anywhere
+"""
+    # bound by the candidate (an import, a top-level assignment, a parameter, a global it assigns),
+    # builtins, dunders and names the reference lacks are not borrowed
+    assert borrowed_names(own, "c.py", ref) == []
+    assert borrowed_names("class ModelNew(:\n", "c.py", ref) == []  # does not parse: exec_module says so
+    assert borrowed_names("class ModelNew:\n    n = scale\n", "c.py", ref) == ["scale"]  # a class body's read
+
+
+def test_a_candidate_reading_the_references_names_is_judged_at_every_binding(tmp_path):
+    """Loaded with the reference's names (as KernelBench's harness loads it), which follow each
+    binding (Problem.share): G05's variants see their own batch_size; a name the reference lacks
+    still fails the load."""
+    from kverify.check import check
+
+    rep = check(BORROWING_REF, "ref.py", BORROWING_CAND, "cand.py", device="cpu", gates=["G01", "G02", "G05"],
+                standard=True)
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert [by[g]["verdict"] for g in ("G01", "G02", "G05")] == ["PASS"] * 3, [by[g]["summary"] for g in by]
+    sizes = {v["binding"]["batch_size"] for v in by["G05"]["evidence"]["variants"] if v["verdict"] == "PASS"}
+    assert len(sizes) > 3, by["G05"]["summary"]  # passed at other batch sizes: the binding followed
+    assert rep["standard"]["verdict"] == "PASS" and rep["meta"]["borrowed"] == ["batch_size", "dim", "helper"]
+    alone = check(BORROWING_REF, "ref.py", BORROWING_CAND.replace("view(batch,", "view(batchs,"), "cand.py",
+                  device="cpu", gates=["G01"], standard=True)
+    assert alone["gates"][0]["verdict"] == "FAIL" and "batchs" in alone["gates"][0]["summary"], alone["gates"][0]
+    assert alone["meta"]["borrowed"] == ["batch_size", "dim", "helper"]
+
+
+SUM_REF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x).sum(dim=1) * w[: x.shape[1]].sum()
+
+
+batch_size = 6
+dim = 40
+w = torch.randn(64)  # drawn while the file loads
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_size_the_reference_model_takes_from_its_inputs_stays_fixed_for_the_candidate():
+    """A review's find (stop 41): the reference's model sizes its work from the inputs; a
+    candidate sizing its own from the file's batch_size is fixed to the own shape, and G05
+    catches it (were the name to follow each binding, it would pass). The module-level draw
+    ``w`` it reads is the same in the worker as in the check's process (seeded load)."""
+    from kverify.check import check
+
+    cand = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty(batch_size)  # sized from the file's constant, not from x
+        for i in range(batch_size):
+            out[i] = torch.relu(x[i]).sum()
+        return out * w[: x.shape[1]].sum()
+"""
+    rep = check(SUM_REF, "ref.py", cand, "cand.py", device="cpu", gates=["G01", "G02", "G05"], standard=True)
+    by = {g["gate"]: g for g in rep["gates"]}
+    assert by["G01"]["verdict"] == "PASS" and by["G02"]["verdict"] == "PASS", [by[g]["summary"] for g in by]
+    assert by["G05"]["verdict"] == "FAIL", by["G05"]["summary"]
+    assert rep["standard"]["verdict"] == "PASS" and rep["meta"]["borrowed"] == ["batch_size", "w"]
+    right = cand.replace("torch.empty(batch_size)", "torch.empty(x.shape[0])").replace("range(batch_size)",
+                                                                                         "range(x.shape[0])")
+    rep = check(SUM_REF, "ref.py", right, "cand.py", device="cpu", gates=["G05"], standard=False)
+    assert rep["gates"][0]["verdict"] == "PASS", rep["gates"][0]["summary"]
+
+
+def test_a_candidate_gets_every_name_of_the_reference_file_in_source_order():
+    """As in KernelBench's one namespace, a name the candidate also binds (in a class body from
+    the reference's value, or after a fallback) starts as the reference's: a review's find (stop 41)."""
+    from kverify.check import check
+
+    cand = """import torch
+import torch.nn as nn
+
+try:
+    scale  # the reference's
+except NameError:  # loaded alone
+    scale = 1.0
+
+
+class ModelNew(nn.Module):
+    k = scale  # read while the class is made
+
+    def forward(self, x):
+        return (x * self.k).reshape(batch_size, dim)
+"""
+    rep = check(BORROWING_REF, "ref.py", cand, "cand.py", device="cpu", gates=["G01", "G02"], standard=True)
+    assert [g["verdict"] for g in rep["gates"]] == ["PASS", "PASS"], [g["summary"] for g in rep["gates"]]
+    assert rep["standard"]["verdict"] == "PASS"
+
+
+def test_share_follows_bindings_only_where_the_reference_model_reads_and_the_candidate_left_the_name():
+    import types
+
+    p = Problem(BORROWING_REF, "ref.py")  # its Model reads batch_size and dim (helper reads scale)
+    given = p.namespace()
+    assert "Model" in given and "__file__" not in given
+    mod = types.ModuleType("c")
+    vars(mod).update(given)
+    mod.dim = 41  # bound again by the candidate (unseen by borrowed_names, say a star import)
+    p.share(mod, given, ["batch_size", "dim", "scale"])
+    p.bind({"batch_size": 7})
+    assert (mod.batch_size, mod.dim) == (7, 41)
+    mod.batch_size = 5  # assigned by the candidate later (a ``global`` in a function): its own from then on
+    p.bind(None)
+    assert mod.batch_size == 5 and p.module.batch_size == 6
+    q = Problem(BORROWING_REF, "ref.py")
+    m2 = types.ModuleType("c2")
+    vars(m2).update(q.namespace())
+    q.share(m2, q.namespace(), ["dim"])  # batch_size read by the reference's model but not borrowed
+    q.bind({"batch_size": 9, "dim": 3})
+    assert (m2.batch_size, m2.dim) == (6, 3)

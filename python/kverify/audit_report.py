@@ -213,6 +213,8 @@ def build(kernels: list[dict]) -> dict:
             "cut_by_row_budget": dict(sorted(cut.items())),
             "rows_cut_by_row_budget": sum(any(cut_by_budget(r["verdict"], r["summary"]) for r in k["gates"].values())
                                           for k in kernels),
+            # rows whose candidate reads the reference's names (meta.borrowed, rules .11 on): id -> names
+            "borrowed": {k["id"]: _meta(k, "borrowed") for k in kernels if _meta(k, "borrowed")},
             "compile_errors_caught": sum(CAUGHT_MARK in (k["reason"] or "") for k in kernels
                                          if k["class"] == "COMPILE_ERROR"),
             "unjudged_reasons": dict(unjudged.most_common()), "gate_shapes": dict(shapes.most_common()),
@@ -324,6 +326,11 @@ def markdown(rep: dict) -> str:
                  "row(s) caught their failed build and ran without their extension (on PyTorch's own operators): "
                  "what their harness accepted was not their kernel. (Marked since kverify recorded it; rows "
                  "journalled before are not marked.)")
+    if rep.get("borrowed"):
+        L.append(f"\n{len(rep['borrowed'])} row(s) read names their reference's file defines and their own does not "
+                 "(KernelBench's harness runs both files in one namespace; kverify loads the candidate with them, "
+                 "rules 2026-12-04.11 on): " + "; ".join(f"{str(i).replace('|', '/')} ({', '.join(n)})"
+                                                        for i, n in sorted(rep["borrowed"].items())) + ".")
     if rep["clean_rows_with_an_error_gate"]:
         L.append(f"\n{rep['clean_rows_with_an_error_gate']} CLEAN row(s) have a gate kverify could not judge (ERROR, "
                  "not established): " + ", ".join(f"{g} {n}" for g, n in rep["clean_with_error_gates"].items()) + ".")

@@ -26,7 +26,7 @@ from kverify.errors import BudgetSpent, LoadError, UsageError
 from kverify.gates import GATES
 from kverify.gates.base import SMALL_INPUTS, Context, accuracy_run, spec_numel
 from kverify.gates.g05_shapes import PROBE as G05_PROBE
-from kverify.problem import Oracle, Problem
+from kverify.problem import Oracle, Problem, borrowed_names
 from kverify.sandbox import Sandbox
 
 STANDARD_TRIALS = 5
@@ -195,6 +195,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
             raise LoadError(reference_path, f"the reference raised {type(e).__name__} at its own shape: {e}") from None
         ctx.sandbox = sandbox
         ctx.cpu0 = cpu0
+        ctx.borrowed = borrowed_names(candidate_source, candidate_path, problem.module)
         ctx.oracle.limit(sandbox.deadline, budget)  # the budget bounds the parent's oracle runs too
         ctx.gate_shape = _gate_shape(ctx, sandbox, gate_ids)
         return _run(ctx, sandbox, pool, gate_ids, standard, tolerance, t0, reference_path, candidate_path,
@@ -209,7 +210,7 @@ def check(reference_source: str, reference_path: str, candidate_source: str, can
 #: an earlier report of the same kernel differ (free dimensions found, shapes tried, gate
 #: contracts), so that an audit report can say which journalled rows were judged by older rules
 #: (kverify report; `kverify audit --redo ID,...` judges them again).
-RULES = "2026-12-04.10"  # .10: G05 takes the check's small-shape probe, where the candidate was silently wrong (not accurate by the G02 rule), as a failing variant, and past 1000x its bound searches no further, shrinking from it (g05_shapes.PROBE, SETTLED_RATIO): every row so far with that probe result failed G05 (56) or had G05 cut by the row budget (14), its search being around the own shape; .9: racecheck checking every kernel prints up to 1000 findings (g11_memory_safety.LIBRARY_PRINT_LIMIT; 20 before), so that library_findings can see them all, and .8's second run counts only findings in the candidate's own kernels (own_findings; added in stop 38: no .9 row took that run); .8: G11 runs racecheck once more on every kernel when its run filtered to the candidate's own kernels failed inside the tool with no finding (g11_memory_safety.RETRY_EVERY_KERNEL); .7: G11 does not count racecheck's findings that are all inside cuBLAS's Hopper GEMMs (nvjet_sm*) where it checked every kernel (g11_memory_safety.library_findings), and takes kernels of TileLang, the CuTe DSL, Warp, PyCUDA and cuda.core as not known for sure (kernel_scope None: no corpus row changes); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
+RULES = "2026-12-04.11"  # .11: the candidate is loaded with the reference file's names (Problem.namespace; the file loads under a fixed seed), as KernelBench's harness runs both files in one namespace, and the free dimensions it reads, never binds and the reference's model reads too follow each binding (Problem.share): 3 corpus rows raised NameError loaded alone (meta.borrowed; 3 more read such names only in their own get_inputs, which no check calls); .10: G05 takes the check's small-shape probe, where the candidate was silently wrong (not accurate by the G02 rule), as a failing variant, and past 1000x its bound searches no further, shrinking from it (g05_shapes.PROBE, SETTLED_RATIO): every row so far with that probe result failed G05 (56) or had G05 cut by the row budget (14), its search being around the own shape; .9: racecheck checking every kernel prints up to 1000 findings (g11_memory_safety.LIBRARY_PRINT_LIMIT; 20 before), so that library_findings can see them all, and .8's second run counts only findings in the candidate's own kernels (own_findings; added in stop 38: no .9 row took that run); .8: G11 runs racecheck once more on every kernel when its run filtered to the candidate's own kernels failed inside the tool with no finding (g11_memory_safety.RETRY_EVERY_KERNEL); .7: G11 does not count racecheck's findings that are all inside cuBLAS's Hopper GEMMs (nvjet_sm*) where it checked every kernel (g11_memory_safety.library_findings), and takes kernels of TileLang, the CuTe DSL, Warp, PyCUDA and cuda.core as not known for sure (kernel_scope None: no corpus row changes); .6: G09's rms of an oracle output in fp64 whatever its dtype (an fp16 output past 256 made it inf: nothing asked); .5: G09 asks a change only where the oracle's move is past the reference's own rounding error there; .4: G12 windows until the call returns with the writes pending, read on the stream; .3: G09 against the fp64 oracle's moves, and in the modes as built; .2: G11 racecheck without cuDNN
 
 #: gates whose jobs run at the gates' small shape (Context.binding) when _gate_shape found one: the
 #: costly ones - G09 (an oracle run per input and parameter, the candidate's outputs compared bit by bit), G10
@@ -546,6 +547,8 @@ def _run(ctx: Context, sandbox: Sandbox, pool: ThreadPoolExecutor, gate_ids: lis
                   "meta": {"free_dimensions": ctx.problem.dims, "torch": torch.__version__, "rules": RULES,
                            "judged_on": judged_on(ctx.device),
                            "gate_shape": ctx.gate_shape or {"binding": None, "why": ""},
+                           # the reference's names the candidate reads (KernelBench's one namespace)
+                           "borrowed": ctx.borrowed,
                            "host_peak_mib": host_peak_mib(), "gpu_peak_mib": gpu_peak_mib(ctx.device),
                            # runs of the oracle or the reference (G04, G09) run again after running out of
                            # GPU memory (Oracle.retrying); the key is "oracle" for all of them

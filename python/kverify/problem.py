@@ -34,6 +34,11 @@ from kverify.journal import BUDGET_MARK
 #: and its draws (which silently gave the parent other weights than the worker: a false FAIL).
 STATE_LOCK = threading.RLock()
 
+#: torch's seed while a reference file loads (Problem): the same module-level draws in the check's
+#: process and its workers, whose candidate may read them (Problem.namespace; a review's find, stop 41)
+LOAD_SEED = 0
+_MISSING = object()
+
 
 def derive_seed(seed: int, label: str) -> int:
     """A 63-bit seed derived from (seed, label) — stable across processes and machines."""
@@ -48,12 +53,14 @@ def _compile(source: str, path: str, what: str) -> types.CodeType:
         raise LoadError(path, f"{what} is not valid Python: {e.msg} (line {e.lineno})") from None
 
 
-def exec_module(source: str, path: str, name: str, what: str) -> types.ModuleType:
-    """Execute ``source`` as a fresh module named ``name``. Raises LoadError naming ``path`` when
-    it does not parse or raises while running (e.g. a compile error in ``load_inline``)."""
+def exec_module(source: str, path: str, name: str, what: str, inherit: dict | None = None) -> types.ModuleType:
+    """Execute ``source`` as a fresh module named ``name``, its namespace first given ``inherit``
+    (a candidate: the reference module's names, Problem.namespace). Raises LoadError naming ``path``
+    when it does not parse or raises while running (e.g. a compile error in ``load_inline``)."""
     code = _compile(source, path, what)
     mod = types.ModuleType(name)
     mod.__file__ = path
+    mod.__dict__.update(inherit or {})
     sys.modules[name] = mod  # some files pickle or inspect their own module
     try:
         exec(code, mod.__dict__)
@@ -69,6 +76,50 @@ def exec_module(source: str, path: str, name: str, what: str) -> types.ModuleTyp
         raise LoadError(path, f"{what} raised {type(e).__name__} while loading: {first[:300]}",
                         detail=str(e)[-4000:]) from None
     return mod
+
+
+def borrowed_names(source: str, path: str, reference: types.ModuleType) -> list[str]:
+    """The names a candidate's code reads as globals (symtable: a module-level read, a free name
+    of a class body, or a global read in a function), never binds at its own top level (an
+    assignment, import, def or class there, or a ``global`` name bound in a function), that are
+    not builtins and that the reference's module defines (not a dunder name such as ``__file__``,
+    which the candidate's module has of its own), sorted; [] when the source does not
+    parse (exec_module reports that). The report's meta.borrowed: what the candidate takes from
+    the reference's file (the loader gives it every name of that file: Problem.namespace; a name
+    also bound somewhere in the candidate, e.g. after its use, is loaded right but not listed).
+    KernelBench's harness runs the reference's file and then the candidate's in one namespace
+    (``load_original_model_and_inputs`` and ``load_custom_model`` sharing one ``context`` dict in
+    KernelBench's ``eval_kernel_against_ref``), so a candidate it accepted may read the
+    reference's constants (``batch_size``, ``hardtanh_min``) or helpers (``to_2tuple``): audit
+    rows kbleaderboard/deepseek-coder/L2/P10, L3/P29 and claude-3.5-sonnet/L3/P33 raised NameError
+    loaded alone (stop 41). A name the code reads only through ``globals()`` or ``eval`` is not
+    seen. ``path`` names the source in symtable's errors."""
+    import builtins
+    import symtable
+
+    try:
+        top = symtable.symtable(source, path, "exec")
+    except (SyntaxError, ValueError):
+        return []
+    bound, read = set(), set()
+
+    def binds(sym) -> bool:
+        return sym.is_assigned() or sym.is_imported() or sym.is_namespace()
+
+    for sym in top.get_symbols():
+        bound |= {sym.get_name()} if binds(sym) else set()
+        read |= {sym.get_name()} if sym.is_referenced() else set()
+    tables = list(top.get_children())
+    while tables:
+        t = tables.pop()
+        tables.extend(t.get_children())
+        for sym in t.get_symbols():
+            if sym.is_declared_global() and binds(sym):
+                bound.add(sym.get_name())
+            if sym.is_referenced() and (sym.is_global() or (t.get_type() == "class" and not sym.is_local())):
+                read.add(sym.get_name())
+    return sorted(n for n in read - bound - set(dir(builtins))
+                  if n in vars(reference) and not (n.startswith("__") and n.endswith("__")))  # its own __file__
 
 
 def _assignments(tree: ast.Module) -> list[tuple[tuple[str, ...], ast.expr, bool]]:
@@ -116,21 +167,29 @@ def free_dimensions(source: str) -> dict[str, int]:
             ns[name] = val
             if isinstance(val, int) and not isinstance(val, bool):
                 consts[name] = val
-    funcs = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    used = names_reached(tree, ("get_inputs", "get_init_inputs"))
+    return {k: v for k, v in consts.items() if k in used}
+
+
+def names_reached(tree: ast.Module, roots: tuple[str, ...], kinds: tuple = (ast.FunctionDef,)) -> set[str]:
+    """The names read (ast.Name) in the top-level definitions ``roots`` of ``tree`` and, through
+    them, in every top-level definition of ``kinds`` (functions; classes too for a model) they
+    name, transitively."""
+    defs = {node.name: node for node in tree.body if isinstance(node, kinds)}
     used: set[str] = set()
-    todo = [f for f in ("get_inputs", "get_init_inputs") if f in funcs]
+    todo = [f for f in roots if f in defs]
     seen: set[str] = set()
     while todo:
         f = todo.pop()
         if f in seen:
             continue
         seen.add(f)
-        for n in ast.walk(funcs[f]):
+        for n in ast.walk(defs[f]):
             if isinstance(n, ast.Name):
                 used.add(n.id)
-                if n.id in funcs:
+                if n.id in defs:
                     todo.append(n.id)
-    return {k: v for k, v in consts.items() if k in used}
+    return used
 
 
 def derived_constants(assignments: list[tuple[tuple[str, ...], ast.expr, bool]], dims: dict[str, int]) -> set[str]:
@@ -249,21 +308,63 @@ class Problem:
 
     def __init__(self, source: str, path: str, tolerance: float = 1e-2):
         self.source, self.path, self.tolerance = source, path, tolerance
-        self.module = exec_module(source, path, "kverify_reference", "reference")
+        with STATE_LOCK:  # draws while the file loads (a module-level torch.randn) are the same in every process
+            torch.manual_seed(LOAD_SEED)
+            self.module = exec_module(source, path, "kverify_reference", "reference")
+        #: [module, {name: value last given}]: candidates' modules whose names follow the reference's (share())
+        self._sharing: list[tuple[types.ModuleType, dict[str, object]]] = []
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(self.module, name):
                 raise LoadError(path, f"reference defines no {name}")
         try:
             self.dims = free_dimensions(source)
+            #: the names the reference's Model reads, through the file's functions and classes it names
+            self.model_reads = names_reached(ast.parse(source), ("Model",), (ast.FunctionDef, ast.ClassDef))
             self._assignments = _assignments(ast.parse(source))
             self._derived = derived_constants(self._assignments, self.dims)
             self._derived_defaults = {n: getattr(self.module, n) for n in self._derived if hasattr(self.module, n)}
         except SyntaxError as e:  # already parsed above; defensive
             raise LoadError(path, f"reference is not valid Python: {e}") from None
 
+    def namespace(self) -> dict:
+        """The reference module's names now (dunders left out), for a candidate's module to start
+        from (exec_module's ``inherit``), as KernelBench's one namespace gives them (borrowed_names);
+        the candidate's own top-level bindings replace them in source order."""
+        return {k: v for k, v in vars(self.module).items() if not (k.startswith("__") and k.endswith("__"))}
+
+    def share(self, module: types.ModuleType, given: dict, borrowed: list[str]) -> None:
+        """Make ``module`` (a candidate's, loaded from ``given`` = namespace(); ``borrowed``: the
+        names its code reads and never binds, borrowed_names) follow every bind() in those of
+        them that are free dimensions or derived constants the reference's Model reads too
+        (model_reads): a candidate that reads the reference's ``batch_size`` where the reference's
+        model does sees each variant's. One whose reference model takes its sizes from the inputs
+        keeps the file's values (its own shape fixed, which G05 is there to catch: a review's
+        find, stop 41). A name the candidate bound again unseen by borrowed_names (a star import,
+        ``globals()``) or assigns later (a ``global`` in a function) is left alone, now and after."""
+        names = set(borrowed) & (set(self.dims) | self._derived) & self.model_reads
+        self._sharing.append((module, {n: given[n] for n in names
+                                       if n in given and vars(module).get(n, _MISSING) is given[n]}))
+        self._share()
+
+    def _share(self) -> None:
+        for module, last in self._sharing:
+            for n, was in list(last.items()):
+                if vars(module).get(n, _MISSING) is not was:  # the candidate assigned it since: its own now
+                    del last[n]
+                elif hasattr(self.module, n):
+                    last[n] = getattr(self.module, n)
+                    setattr(module, n, last[n])
+
     def bind(self, binding: dict[str, int] | None) -> None:
         """Set free dimensions (unknown names raise LoadError) and the module constants computed
-        from them (derived_constants), evaluated again; None restores the defaults."""
+        from them (derived_constants), evaluated again; None restores the defaults. Modules
+        given share() follow."""
+        try:
+            self._bind(binding)
+        finally:
+            self._share()
+
+    def _bind(self, binding: dict[str, int] | None) -> None:
         values = {**self.dims, **(binding or {})}
         for k in values:
             if k not in self.dims:

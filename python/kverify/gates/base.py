@@ -56,6 +56,9 @@ class Context:
     binding: dict | None = None
     #: {"binding", "why"}: the gates' shape and why (kverify.check._gate_shape; report meta.gate_shape)
     gate_shape: dict | None = None
+    #: names the candidate reads from the reference's module (kverify.problem.borrowed_names; the
+    #: worker loads it with them, as KernelBench's one namespace does; report meta.borrowed)
+    borrowed: list[str] = field(default_factory=list)
 
     def background_result(self, gate: str, start) -> dict:
         """The result of gate's background work: the future check() started, or, when nothing was

@@ -128,6 +128,8 @@ def _valid(ctx: Context, b: dict, capped: bool = True) -> str | None:
         if memory_wait.beyond_gpu(e):  # the same alone or shared: not a shortage (words free of memory_wait.MARKS)
             return "over the memory budget: the reference's run asks more at once than the whole GPU has"
         return f"reference raises {type(e).__name__}"
+    finally:
+        _forget_models(ctx, [b])  # its outputs are kept (or computed again from a new pair): not the pair
     if capped:
         so_far, size = ctx.cache.get("G05/kept_bytes", 0), _bytes(kept)
         if so_far + size > KEEP_BYTES:
@@ -143,7 +145,9 @@ def _bytes(expected: tuple[list, list]) -> int:
 
 
 def _job(ctx: Context, b: dict) -> dict:
-    return ctx.job_at("run", f"G05/{_key(b)}", b, ctx.specs_at(b))
+    """The candidate's run at variant ``b``; "transient": the worker keeps its model only until the
+    next variant's (kverify._internal.worker.Runner.model)."""
+    return ctx.job_at("run", f"G05/{_key(b)}", b, ctx.specs_at(b), transient=True)
 
 
 #: ctx.cache key of the check's probe record when the candidate was silently wrong at the gates'
@@ -192,6 +196,8 @@ def condense(ctx: Context, job: dict, outcome) -> None:
         rec = _record(ctx, b, outcome)
     except Exception:  # noqa: BLE001 — judged again (and reported) by judge_outcomes
         return
+    finally:
+        _forget_models(ctx, [b])  # a pair built again for outputs released while planning (_valid)
     outcome.result = {"G05": rec}
     ctx.release([job["id"]])
 
@@ -265,7 +271,11 @@ def judge_outcomes(ctx: Context, outcomes: dict) -> dict:
 
 def _forget_models(ctx: Context, bindings: list[dict]) -> None:
     """Drop the oracle's models of these variant bindings, not those the other gates use (the own
-    shape, the gates' small shape)."""
+    shape, the gates' small shape). Called after each variant's reference run while planning and
+    after each variant is judged: a pair (reference and its fp64 copy, on the GPU) kept per variant
+    until the end of the gate holds 24 GiB a variant for a reference with 8 GiB of fp32 parameters
+    (and their fp64 copy): audit row technoabsurdist/opus4_level3_20250903_035524/L3/P2 ran out of
+    memory with an H200 to itself (stop 41)."""
     for b in bindings:
         if b and b != ctx.binding:
             ctx.oracle.forget(b)
