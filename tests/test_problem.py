@@ -516,6 +516,10 @@ def test_a_candidate_reading_the_references_names_is_judged_at_every_binding(tmp
     sizes = {v["binding"]["batch_size"] for v in by["G05"]["evidence"]["variants"] if v["verdict"] == "PASS"}
     assert len(sizes) > 3, by["G05"]["summary"]  # passed at other batch sizes: the binding followed
     assert rep["standard"]["verdict"] == "PASS" and rep["meta"]["borrowed"] == ["batch_size", "dim", "helper"]
+    from kverify.report import borrowed_line
+
+    assert borrowed_line(rep).startswith("the candidate reads batch_size, dim, helper from the reference's file")
+    assert borrowed_line({"meta": {"borrowed": []}}) is None and borrowed_line({"meta": {}}) is None
     alone = check(BORROWING_REF, "ref.py", BORROWING_CAND.replace("view(batch,", "view(batchs,"), "cand.py",
                   device="cpu", gates=["G01"], standard=True)
     assert alone["gates"][0]["verdict"] == "FAIL" and "batchs" in alone["gates"][0]["summary"], alone["gates"][0]

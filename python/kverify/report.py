@@ -65,12 +65,23 @@ def gate_shape_line(report: dict) -> str | None:
     return None
 
 
+def borrowed_line(report: dict) -> str | None:
+    """The names the candidate reads from the reference's file (meta.borrowed), when any: legal in
+    KernelBench's harness, which runs both files in one namespace, but the candidate does not stand
+    alone (kverify.problem.borrowed_names)."""
+    names = report.get("meta", {}).get("borrowed") or []
+    if not names:
+        return None
+    return (f"the candidate reads {', '.join(names)} from the reference's file (loaded in its namespace, as "
+            "KernelBench's harness does; alone it would raise NameError)")
+
+
 def print_report(report: dict, verbose: bool = False, console: Console | None = None) -> None:
     console = console or Console()
     console.print(gate_table(report, verbose))
-    line = gate_shape_line(report)
-    if line:
-        console.print(escape(line), highlight=False, soft_wrap=True)
+    for line in (gate_shape_line(report), borrowed_line(report)):
+        if line:
+            console.print(escape(line), highlight=False, soft_wrap=True)
     cmd = replay_command(report)
     if cmd:
         console.print(f"replay: {escape(cmd)}", highlight=False, soft_wrap=True)
