@@ -107,8 +107,10 @@ def borrowed_names(source: str, path: str, reference: types.ModuleType) -> list[
         return sym.is_assigned() or sym.is_imported() or sym.is_namespace()
 
     for sym in top.get_symbols():
-        bound |= {sym.get_name()} if binds(sym) else set()
-        read |= {sym.get_name()} if sym.is_referenced() else set()
+        if binds(sym):
+            bound.add(sym.get_name())
+        if sym.is_referenced():
+            read.add(sym.get_name())
     tables = list(top.get_children())
     while tables:
         t = tables.pop()
@@ -319,8 +321,9 @@ class Problem:
         try:
             self.dims = free_dimensions(source)
             #: the names the reference's Model reads, through the file's functions and classes it names
-            self.model_reads = names_reached(ast.parse(source), ("Model",), (ast.FunctionDef, ast.ClassDef))
-            self._assignments = _assignments(ast.parse(source))
+            tree = ast.parse(source)
+            self.model_reads = names_reached(tree, ("Model",), (ast.FunctionDef, ast.ClassDef))
+            self._assignments = _assignments(tree)
             self._derived = derived_constants(self._assignments, self.dims)
             self._derived_defaults = {n: getattr(self.module, n) for n in self._derived if hasattr(self.module, n)}
         except SyntaxError as e:  # already parsed above; defensive

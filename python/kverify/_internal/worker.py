@@ -134,10 +134,10 @@ class Runner:
         """The candidate at ``binding`` (built once per binding and kept), in eval mode.
         ``transient`` (a job's "transient": G05's shape variants, each run once): kept only until
         a job at another transient binding asks for its own, which is built after the last one is
-        dropped. Keeping a pair (candidate and reference, on the device) per variant held 16 GiB a
-        variant for a problem with 8 GiB of fp32 parameters (audit row
-        technoabsurdist/opus4_level3_20250903_035524/L3/P2 ran out of memory with an H200 to
-        itself, stop 41). A binding already kept (the own shape, the gates' small shape) is used
+        dropped. Keeping a pair (candidate and reference, on the device) per variant holds 16 GiB a
+        variant for a problem with 8 GiB of fp32 parameters (the likely cause, not confirmed on a
+        GPU, of audit row technoabsurdist/opus4_level3_20250903_035524/L3/P2 running out of memory
+        with an H200 to itself, stop 41). A binding already kept (the own shape, the gates' small shape) is used
         as it is. Raises LoadError when ModelNew(...) raises (_build)."""
         key = repr(sorted((binding or {}).items()))
         if key not in self.models and transient:

@@ -274,8 +274,9 @@ def _forget_models(ctx: Context, bindings: list[dict]) -> None:
     shape, the gates' small shape). Called after each variant's reference run while planning and
     after each variant is judged: a pair (reference and its fp64 copy, on the GPU) kept per variant
     until the end of the gate holds 24 GiB a variant for a reference with 8 GiB of fp32 parameters
-    (and their fp64 copy): audit row technoabsurdist/opus4_level3_20250903_035524/L3/P2 ran out of
-    memory with an H200 to itself (stop 41)."""
+    (and their fp64 copy): the likely cause, not confirmed on a GPU, of audit row
+    technoabsurdist/opus4_level3_20250903_035524/L3/P2 running out of memory with an H200 to
+    itself (stop 41)."""
     for b in bindings:
         if b and b != ctx.binding:
             ctx.oracle.forget(b)
