@@ -10,7 +10,9 @@ empty cache:
           torch/extension.h, main.cpp with a precompiled torch/extension.h, stock as last resort
 
 Both pools start together with the same number of processes; the kverify pool finishes first,
-after which the stock builds have the machine to themselves (which favours stock).
+after which the stock builds have the machine to themselves (which favours stock). With
+``--warm N`` kverify's pool first builds N other candidates, untimed, so that the precompiled
+headers it shares between candidates exist (an audit's steady state); stock shares nothing.
 Printed: median and p90 seconds per candidate for each, their ratio, and per candidate whether
 the device code is identical (``cuobjdump -sass`` of both builds compared, where cuobjdump exists),
 whether the host functions the CUDA source defines make the same calls (bench/cu_headers.py's
@@ -27,7 +29,7 @@ after the deadline ("not compared: out of time"). A mode that loaded the candida
 building an extension (it caught its own failed build) counts as "no extension built", not "ok".
 
 Usage: python bench/compile.py --corpus FILE [--limit 16] [--jobs 8] [--json OUT] [--load-timeout 240]
-                               [--deadline S]
+                               [--deadline S] [--warm N]
 """
 from __future__ import annotations
 
@@ -206,7 +208,9 @@ def write_json(path: str | None, summary: dict, table: list[dict]) -> None:
 
 def print_summary(summary: dict, ok: list[dict], half: int, wall: float) -> None:
     cut = f" ({summary['left_out_at_deadline']} left out at the deadline)" if summary["left_out_at_deadline"] else ""
-    print(f"\ncompile per candidate, {len(ok)} candidates built by both{cut}, {half} at a time per mode, same run:")
+    warm = f"; kverify's pool warmed by {summary['warm_up_candidates']} other candidates first" \
+        if summary.get("warm_up_candidates") else ""
+    print(f"\ncompile per candidate, {len(ok)} candidates built by both{cut}, {half} at a time per mode, same run{warm}:")
     print(f"  stock load_inline : median {summary['stock_median_s']} s, p90 {summary['stock_p90_s']} s")
     print(f"  kverify           : median {summary['ours_median_s']} s, p90 {summary['ours_p90_s']} s")
     print(f"  ratio (median stock / median kverify): {summary.get('median_ratio_stock_over_ours')}   wall {wall:.0f} s")
@@ -243,19 +247,28 @@ def main() -> int:
                          "(default: none; a device call should set one below its own limit)")
     ap.add_argument("--load-timeout", type=float, default=240.0,
                     help="seconds a candidate may take to load (build included) before it counts as failed (default 240)")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="kverify's pool first builds this many other candidates, not timed, so that its shared "
+                         "precompiled headers (main.cpp's, and the CUDA file's host code: a key is precompiled "
+                         "the second time it is seen) exist, as in an audit after its first builds; at least "
+                         "twice --jobs/2 to make them (default 0: the headers are made by the timed builds)")
     a = ap.parse_args()
     rows = [json.loads(ln) for ln in open(a.corpus) if ln.strip()]
     rows = [r for r in rows if "load_inline" in r.get("candidate", "")]
     rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())  # a fixed spread over sources
-    rows = rows[: a.limit]
+    rows, warm = rows[: a.limit], rows[a.limit: a.limit + max(a.warm, 0)]
     root = Path(tempfile.mkdtemp(prefix="kverify-compile-bench-"))
     half = max(1, a.jobs // 2)
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
+    po = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False))
+    for f in as_completed([po.submit(_one, r, a.load_timeout) for r in warm]):  # before the clock starts
+        r = f.result()
+        print(f"  warm-up kverify {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) {r['status']:13} {r['id']}",
+              flush=True)
     t0 = time.monotonic()
     ps = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True))
-    po = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False))
     fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]
     mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
     try:
@@ -285,6 +298,7 @@ def main() -> int:
                       "errors": [e for e in (s["error"], o["error"]) if e]})
     ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]
     summary = summarize(table, ok, ours, half, wall, len(rows))
+    summary["warm_up_candidates"] = len(warm)
     # the timings first (printed and written): comparing the builds takes a while and a time limit
     # may cut it short (stop 26: the whole output was lost so)
     write_json(a.json, summary, table)

@@ -120,8 +120,9 @@ def test_g05_drops_the_models_of_its_variants_once_judged(monkeypatch):
 @pytest.mark.parametrize("keep_nothing", [False, True])
 def test_g05_holds_at_most_one_variant_model_pair_at_a_time(monkeypatch, keep_nothing):
     """While planning and judging, G05 drops each variant's pair as soon as its reference has run
-    (or its outcome is judged): kept until the gate's end they filled an H200 for a reference
-    with 8 GiB of parameters (audit row opus4_level3_20250903_035524/L3/P2, stop 41).
+    (or its outcome is judged): kept until the gate's end they are the likely reason an H200 ran
+    out of memory for a reference with 8 GiB of parameters (audit row
+    opus4_level3_20250903_035524/L3/P2, stop 41; not yet confirmed on the GPU).
     ``keep_nothing``: no planned outputs kept (KEEP_BYTES 0), so every variant's pair is built
     again when it is judged."""
     from kverify.gates import g05_shapes

@@ -135,7 +135,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     for i in ids:
         if i in done:
             continue
-        w = [what for at, what in tries.get(i, []) if at >= forgotten.get(i, 0.0)]  # since its last --redo
+        w = [what for at, what in tries.get(i, []) if at > forgotten.get(i, 0.0)]  # since its last --redo (as Journal._since)
         key = ("serial" if OOM_WHOLE_TRY in w else "capped" if OOM_CAP_TRY in w else "oom" if OOM_TRY in w
                else "whole" if any(x.startswith("booked whole") for x in w)
                else "started" if w else "forgotten" if i in forgotten else "never")

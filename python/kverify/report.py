@@ -73,7 +73,7 @@ def borrowed_line(report: dict) -> str | None:
     if not names:
         return None
     return (f"the candidate reads {', '.join(names)} from the reference's file (loaded in its namespace, as "
-            "KernelBench's harness does; alone it would raise NameError)")
+            "KernelBench's harness does; where it reads them on a path that runs, it would raise NameError alone)")
 
 
 def print_report(report: dict, verbose: bool = False, console: Console | None = None) -> None:

@@ -26,6 +26,11 @@ build's headers, as torch's ninja file calls nvcc): 30.3 s with nvcc, 20.3 s her
 dependency file nvcc would write (``--generate-dependencies-with-compile --dependency-output F``
 or ``-MD -MF F``, which add a step of nvcc's own that is no command) is written from the host
 preprocessor's line markers instead (write_depfile): the source and every header it read.
+The last command (the host compiler on cudafe++'s output) runs through
+kverify._internal.hostpch, which compiles the header code in that output from a precompiled
+header when KVERIFY_PCH_DIR holds one for it (the object then differs from nvcc's only in the
+symbol names of the hidden namespace cudafe++ makes of an anonymous one), and exactly as nvcc
+would otherwise.
 """
 from __future__ import annotations
 
@@ -39,9 +44,10 @@ import tempfile
 import threading
 
 if __package__:
-    from kverify._internal import declset
-else:  # run as a script (torch's ninja file): the sibling module, without importing kverify
+    from kverify._internal import declset, hostpch
+else:  # run as a script (torch's ninja file): the sibling modules, without importing kverify
     import declset
+    import hostpch
 
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$")
 #: set by kverify's narrow build (kverify._internal.fastbuild): the folder of the reduced headers
@@ -169,11 +175,19 @@ def _module_id_file(cmd: str) -> str:
     return _MODULE_ID.search(cmd).group(1).strip('"')
 
 
+def _gen_c_file(cmd: str) -> str:
+    """The file cudafe++ (``cmd``) writes its host code to (``--gen_c_file_name``): the input of
+    nvcc's last command; "" if it names none."""
+    w = shlex.split(cmd)
+    return w[w.index("--gen_c_file_name") + 1] if "--gen_c_file_name" in w[:-1] else ""
+
+
 def _run(cmds: list[str], env: dict, out: list) -> bool:
     """Run shell commands in order (``rm`` may fail, as under nvcc); append (stdout, stderr) to
     ``out``; False at the first failure."""
     for c in cmds:
-        p = subprocess.run(["/bin/sh", "-c", c], env=env, capture_output=True, text=True)
+        # tools' messages may name files in any encoding (a review's find: a folder named in Latin-1)
+        p = subprocess.run(["/bin/sh", "-c", c], env=env, capture_output=True, text=True, errors="replace")
         out.append((p.stdout, "" if _tool(c) == "rm" else p.stderr))  # nvcc's own clean-up is silent
         if p.returncode != 0 and _tool(c) != "rm":
             return False
@@ -308,8 +322,12 @@ def main(argv: list[str]) -> int:
                 return real("a step failed")
             _trace("lanes, device lane again")
         final: list = []
-        if not _run([last], env, final):
+        ok, how = hostpch.compile_final(last, _gen_c_file(host[-1]), theirs.strip(), os.environ.get("KVERIFY_PCH_DIR"),
+                                        _run, env, final)
+        if not ok:
             return real("a step failed")
+        if how:
+            _trace(how)
         if depfile:
             src = next(a for a in args if a.endswith(".cu"))
             obj = args[args.index("-o") + 1] if "-o" in args[:-1] else ""

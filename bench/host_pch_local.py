@@ -1,0 +1,98 @@
+"""Benchmark + check: the CUDA file of corpus candidates compiled three ways in one run, one
+after the other on an idle machine, with the fast build's headers and flags as torch's ninja file
+passes them (as bench/pnvcc_local.py):
+
+    nvcc          the real nvcc (stock's compiler, fast build's headers)
+    pnvcc         kverify's nvcc, host and device passes at once (kverify._internal.pnvcc),
+                  without the precompiled prefix (KVERIFY_HOST_PCH=0)
+    pnvcc+pch     the same with the precompiled prefix of cudafe++'s output (kverify._internal.hostpch)
+
+The prefix header is made first, from the first source (its second build: a key is precompiled
+the second time it is seen); that one-off cost is printed apart. Each source's three objects go
+to the same folder from the same ``cuda.cu`` (the module id, and so device names, follows the
+source's path), and pnvcc+pch's object must equal nvcc's as hostpch.comparable sees them.
+
+    python bench/host_pch_local.py [--reps R] INDEX...   (CORPUS=path/to/accepted_kernels.jsonl, default .corpus/)
+
+INDEX: positions among the corpus's CUDA sources sorted by sha256 of the row id (as
+bench/cu_headers.py orders them). Needs nvcc on PATH and torch's headers. Prints one line per
+build, then medians and the ratios against nvcc and pnvcc measured in this run.
+"""
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cu_headers as ch  # noqa: E402
+import torch.utils.cpp_extension as cpp  # noqa: E402
+
+from kverify._internal import hostpch, pnvcc  # noqa: E402
+from kverify._internal.fastbuild import SHIM  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("index", type=int, nargs="+")
+    ap.add_argument("--reps", type=int, default=1, help="builds of each kind per source (alternating)")
+    a = ap.parse_args()
+    rows = [json.loads(line) for line in open(os.environ.get("CORPUS", ".corpus/accepted_kernels.jsonl"))]
+    rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+    srcs = [s for r in rows if (s := ch.cuda_sources(r.get("candidate", ""))) is not None]
+    flags = ["-std=c++17", *[x for p in [*cpp.include_paths(), sysconfig.get_paths()["include"]] for x in ("-isystem", p)],
+             "-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90",
+             "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
+    work = Path(tempfile.mkdtemp(prefix="kverify-hostpch-bench-"))
+    root, trace = work / "pch", work / "trace.txt"
+    ours = [sys.executable, pnvcc.__file__]
+
+    def build(cmd, i, tag, extra=None):
+        d = work / f"s{i}"
+        d.mkdir(exist_ok=True)
+        (d / "cuda.cu").write_text(ch.PREFIX + srcs[i])
+        env = {**os.environ, "KVERIFY_PNVCC_TRACE": str(trace), "KVERIFY_PCH_DIR": str(root), **(extra or {})}
+        trace.write_text("")
+        t = time.perf_counter()
+        r = subprocess.run([*cmd, "-c", str(d / "cuda.cu"), "-o", str(d / f"{tag}.o"), *flags], capture_output=True,
+                           text=True, env=env)
+        took = time.perf_counter() - t
+        how = [ln for ln in trace.read_text().splitlines() if ln.startswith("host pch")]
+        if r.returncode != 0:
+            sys.exit(f"source {i} {tag}: exit {r.returncode}: {r.stderr[-500:]}")
+        return took, (how or ["-"])[0], d / f"{tag}.o"
+
+    first = a.index[0]
+    for tag in ("warm1", "warm2"):  # seen, then made
+        took, how, _ = build(ours, first, tag)
+        print(f"make the prefix header from source {first}: {tag} {took:.1f} s ({how})", flush=True)
+    times: dict[str, list[float]] = {"nvcc": [], "pnvcc": [], "pnvcc+pch": []}
+    same = []
+    for i in a.index:
+        for rep in range(a.reps):
+            t_n, _, o_n = build(["nvcc"], i, f"nvcc{rep}")
+            t_p, _, _ = build(ours, i, f"pnvcc{rep}", {"KVERIFY_HOST_PCH": "0"})
+            t_h, how, o_h = build(ours, i, f"pch{rep}")
+            eq = hostpch.comparable(str(o_h)) == hostpch.comparable(str(o_n))
+            same.append(eq)
+            times["nvcc"].append(t_n)
+            times["pnvcc"].append(t_p)
+            times["pnvcc+pch"].append(t_h)
+            print(f"source {i} rep {rep}: nvcc {t_n:.1f} s  pnvcc {t_p:.1f} s  pnvcc+pch {t_h:.1f} s ({how})  "
+                  f"object equal to nvcc's: {eq}", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n{len(times['nvcc'])} builds of each kind; median seconds: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
+    print(f"pnvcc+pch vs nvcc: {med['nvcc'] / med['pnvcc+pch']:.2f}x; vs pnvcc: {med['pnvcc'] / med['pnvcc+pch']:.2f}x; "
+          f"objects equal to nvcc's: {sum(same)}/{len(same)}")
+    return 0 if all(same) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
