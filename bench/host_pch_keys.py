@@ -6,7 +6,8 @@ its normalised prefix (the text part of its key; the flags, the other part, are 
 here), or "no header" where none would be made, then how many sources share each. One source's host lane takes ~6 s on
 this project's 2-core machine.
 
-    python bench/host_pch_keys.py N   (CORPUS=path/to/accepted_kernels.jsonl, default .corpus/)
+    CORPUS=../shared/corpus/accepted_kernels.jsonl python bench/host_pch_keys.py N
+    (CORPUS defaults to .corpus/accepted_kernels.jsonl, the copy device runs carry)
 
 The leading block is a lexical guess (``#include`` lines before the first line of code); two
 blocks that include only headers the first ones already include give the same key.
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -69,6 +71,7 @@ def main() -> int:
         split = pnvcc.lanes(cmds) if cmds else None
         if split is None or not pnvcc._run(split[0], env, []):
             print(f"{'-':12} {rid}: host lane failed", flush=True)
+            shutil.rmtree(d, ignore_errors=True)
             continue
         host = split[0]
         text = Path(pnvcc._gen_c_file(host[-1])).read_text(errors="surrogateescape")
@@ -78,6 +81,7 @@ def main() -> int:
         ok = norm is not None and hostpch.directives(parts[1]) is not None
         key = hashlib.sha256(norm.encode(errors="surrogateescape")).hexdigest()[:10] if ok else "no header"
         keys[key] += 1
+        shutil.rmtree(d, ignore_errors=True)  # the unit's preprocessed text: tens of MB
         print(f"{key:12} {' | '.join(x[len('#include '):] for x in block)[:90]}", flush=True)
     print("sources per key:", dict(keys.most_common()))
     return 0

@@ -12,7 +12,8 @@ the second time it is seen); that one-off cost is printed apart. Each source's t
 to the same folder from the same ``cuda.cu`` (the module id, and so device names, follows the
 source's path), and pnvcc+pch's object must equal nvcc's as hostpch.comparable sees them.
 
-    python bench/host_pch_local.py [--reps R] INDEX...   (CORPUS=path/to/accepted_kernels.jsonl, default .corpus/)
+    CORPUS=../shared/corpus/accepted_kernels.jsonl python bench/host_pch_local.py [--reps R] INDEX...
+    (CORPUS defaults to .corpus/accepted_kernels.jsonl, the copy device runs carry)
 
 INDEX: positions among the corpus's CUDA sources sorted by sha256 of the row id (as
 bench/cu_headers.py orders them). Needs nvcc on PATH and torch's headers. Prints one line per
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,6 +93,7 @@ def main() -> int:
           + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
     print(f"pnvcc+pch vs nvcc: {med['nvcc'] / med['pnvcc+pch']:.2f}x; vs pnvcc: {med['pnvcc'] / med['pnvcc+pch']:.2f}x; "
           f"objects equal to nvcc's: {sum(same)}/{len(same)}")
+    shutil.rmtree(work, ignore_errors=True)  # its header alone is ~400 MB
     return 0 if all(same) else 1
 
 
