@@ -26,7 +26,9 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    does not carry ``#pragma`` state out of it (the same review: ``pack``, ``GCC visibility``,
    ``GCC diagnostic``, ``GCC target`` left open in a header were lost), so the prefix's
    ``GCC diagnostic`` pragmas are replayed after it, ``GCC visibility`` must be balanced, and any
-   other pragma, an ``#include`` or a conditional this does not evaluate means no header.
+   other pragma, an ``#include`` other than cudafe++'s own (HOST_RUNTIME; a second review lost
+   a ``#pragma pack`` left by another included file), or a conditional this does not evaluate
+   means no header.
 3. The normalised prefix and the compile command (its input and output names aside) key a folder
    under ``KVERIFY_PCH_DIR/cudafe``. Its ``prefix.h`` is the normalised prefix, ``prefix.h.gch``
    GCC's precompiled form of it, compiled with the same command (``-x c++-header``). A key is
@@ -36,7 +38,7 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    header read (cudafe++'s output still includes ``crt/host_runtime.h``): a header whose files
    changed since is not used (_fresh).
 4. With a header for the key, the file is compiled as ``#include "<folder>/prefix.h"``, an alias
-   ``namespace <unit's name> = FIXED;`` in each scope where the prefix declares an anonymous
+   ``namespace <unit's name> = ::scope::FIXED;`` in each scope where the prefix declares an anonymous
    namespace (cudafe++'s code for the source names it: the stub's registration of a
    ``__device__`` variable declared there), the replayed pragmas, then the suffix, unchanged,
    with ``-Winvalid-pch -Werror=invalid-pch`` added: a header GCC will not use (other flags,
@@ -66,7 +68,8 @@ import shutil
 import subprocess
 import threading
 
-#: the name every unit's anonymous namespaces get in the precompiled header
+#: the name of the namespace that holds, inside a real anonymous namespace, what cudafe++ put in
+#: the unit's named one (the same in every unit's precompiled header; its members are internal)
 FIXED = "_GLOBAL__N__kverify_pch"
 #: the most precompiled headers (folders with prefix.h.gch) one KVERIFY_PCH_DIR gets (~400 MB each)
 MAX_HEADERS = 6
