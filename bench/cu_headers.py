@@ -56,6 +56,20 @@ torch::Tensor relu_cuda(torch::Tensor x) {
 PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
 
+def fast_build_nvcc_flags() -> list[str]:
+    """nvcc's flags for a CUDA file as torch's ninja file passes them in kverify's fast build
+    (sm_90, -O3, torch's and Python's include folders, kverify's shim first on the host path):
+    what bench/pnvcc_local.py, bench/host_pch_local.py and bench/host_pch_keys.py compile with."""
+    import sysconfig
+
+    import torch.utils.cpp_extension as cpp
+
+    from kverify._internal.fastbuild import SHIM
+    return ["-std=c++17", *[x for p in [*cpp.include_paths(), sysconfig.get_paths()["include"]] for x in ("-isystem", p)],
+            "-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90",
+            "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
+
+
 def cuda_sources(candidate: str) -> str | None:
     """The ``cuda_sources`` argument of the file's load_inline call when it is made of string
     constants (directly or through module-level names), joined; else None."""

@@ -20,16 +20,13 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cu_headers as ch  # noqa: E402
-import torch.utils.cpp_extension as cpp  # noqa: E402
 
 from kverify._internal import hostpch, pnvcc  # noqa: E402
-from kverify._internal.fastbuild import SHIM  # noqa: E402
 
 
 def leading_includes(src: str) -> tuple[str, ...]:
@@ -49,9 +46,7 @@ def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 12
     rows = [json.loads(line) for line in open(os.environ.get("CORPUS", ".corpus/accepted_kernels.jsonl"))]
     rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
-    flags = ["-std=c++17", *[x for p in [*cpp.include_paths(), sysconfig.get_paths()["include"]] for x in ("-isystem", p)],
-             "-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90",
-             "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
+    flags = ch.fast_build_nvcc_flags()
     picked, blocks = [], set()
     for r in rows:
         src = ch.cuda_sources(r.get("candidate", ""))

@@ -27,17 +27,14 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cu_headers as ch  # noqa: E402
-import torch.utils.cpp_extension as cpp  # noqa: E402
 
 from kverify._internal import hostpch, pnvcc  # noqa: E402
-from kverify._internal.fastbuild import SHIM  # noqa: E402
 
 
 def main() -> int:
@@ -48,9 +45,7 @@ def main() -> int:
     rows = [json.loads(line) for line in open(os.environ.get("CORPUS", ".corpus/accepted_kernels.jsonl"))]
     rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
     srcs = [s for r in rows if (s := ch.cuda_sources(r.get("candidate", ""))) is not None]
-    flags = ["-std=c++17", *[x for p in [*cpp.include_paths(), sysconfig.get_paths()["include"]] for x in ("-isystem", p)],
-             "-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90",
-             "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
+    flags = ch.fast_build_nvcc_flags()
     work = Path(tempfile.mkdtemp(prefix="kverify-hostpch-bench-"))
     root, trace = work / "pch", work / "trace.txt"
     ours = [sys.executable, pnvcc.__file__]

@@ -8,20 +8,16 @@ temporary file names normalised (nvcc's own objects differ from run to run only 
 INDEX: positions among the corpus's CUDA sources sorted by sha256 of the row id (as
 bench/cu_headers.py orders them). Needs nvcc on PATH and torch's headers.
 """
-import json, subprocess, sys, time, os, re, tempfile, sysconfig, hashlib
+import json, subprocess, sys, time, os, re, tempfile, hashlib
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cu_headers as ch
-import torch, torch.utils.cpp_extension as cpp
-from kverify._internal.fastbuild import SHIM
 from kverify._internal import pnvcc
 PN = pnvcc.__file__
 rows=[json.loads(l) for l in open(os.environ.get('CORPUS', '.corpus/accepted_kernels.jsonl'))]
 rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
 srcs=[s for r in rows if (s:=ch.cuda_sources(r.get("candidate",""))) is not None]
-inc=cpp.include_paths()
-flags = ["-std=c++17", *[x for p in [*inc, sysconfig.get_paths()["include"]] for x in ("-isystem", p)], "-D__CUDA_NO_HALF_OPERATORS__",
-         "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90", "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
+flags = ch.fast_build_nvcc_flags()
 norm=lambda b: re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_XXXXXXXX_XXXXXXXX", b)
 for i in [int(x) for x in sys.argv[1:]]:
     d=Path(tempfile.mkdtemp()); (d/"cuda.cu").write_text(ch.PREFIX+srcs[i])

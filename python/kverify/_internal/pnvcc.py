@@ -29,8 +29,9 @@ preprocessor's line markers instead (write_depfile): the source and every header
 The last command (the host compiler on cudafe++'s output) runs through
 kverify._internal.hostpch, which compiles the header code in that output from a precompiled
 header when KVERIFY_PCH_DIR holds one for it (the object then differs from nvcc's only in the
-symbol names of the hidden namespace cudafe++ makes of an anonymous one), and exactly as nvcc
-would otherwise.
+names and linkage of the members of the header code's anonymous namespaces: internal, one copy
+per unit, where nvcc's are hidden-external under a name unique to the unit), and exactly as
+nvcc would otherwise.
 """
 from __future__ import annotations
 
