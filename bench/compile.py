@@ -23,7 +23,9 @@ Also printed: the same medians from ninja's own step log (the builds alone, with
 torch import or the call), and the median seconds per step kind.
 
 Each candidate is printed as it ends (a run cut short by a time limit keeps those lines);
-with --deadline the table and medians cover the candidates both modes built by then. The medians
+with --deadline (seconds from the start of the run, the warm-up included: stop 43's device call
+lost its summary when the deadline was counted from after the warm-up and the call's own timeout
+came first) the table and medians cover the candidates both modes built by then. The medians
 are printed (and written to --json) before the builds are compared; the comparisons stop 30 s
 after the deadline ("not compared: out of time"). A mode that loaded the candidate without
 building an extension (it caught its own failed build) counts as "no extension built", not "ok".
@@ -243,7 +245,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=8, help="processes in all, half per mode (default 8)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--deadline", type=float, default=None,
-                    help="seconds after which unfinished builds are stopped and left out of the table "
+                    help="seconds from the run's start (warm-up included) after which unfinished builds are "
+                         "stopped and left out of the table "
                          "(default: none; a device call should set one below its own limit)")
     ap.add_argument("--load-timeout", type=float, default=240.0,
                     help="seconds a candidate may take to load (build included) before it counts as failed (default 240)")
@@ -257,6 +260,7 @@ def main() -> int:
     rows = [r for r in rows if "load_inline" in r.get("candidate", "")]
     rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())  # a fixed spread over sources
     rows, warm = rows[: a.limit], rows[a.limit: a.limit + max(a.warm, 0)]
+    start = time.monotonic()  # --deadline counts from here, the warm-up included
     root = Path(tempfile.mkdtemp(prefix="kverify-compile-bench-"))
     half = max(1, a.jobs // 2)
     import multiprocessing
@@ -273,7 +277,8 @@ def main() -> int:
     mode_of = {**{f: "stock" for f in fs}, **{f: "kverify" for f in fo}}
     try:
         # each as it ends; at the deadline the candidates not built by both modes are left out
-        for f in as_completed(fs + fo, timeout=a.deadline):
+        left = None if a.deadline is None else max(1.0, a.deadline - (time.monotonic() - start))
+        for f in as_completed(fs + fo, timeout=left):
             r = f.result()
             print(f"  {time.monotonic() - t0:6.0f}s {mode_of[f]:7} {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) "
                   f"{r['status']:13} {r['id']}", flush=True)
@@ -303,7 +308,7 @@ def main() -> int:
     # may cut it short (stop 26: the whole output was lost so)
     write_json(a.json, summary, table)
     print_summary(summary, ok, half, wall)
-    stop_by = t0 + a.deadline + 30 if a.deadline is not None else None
+    stop_by = start + a.deadline + 30 if a.deadline is not None else None
     print_row(None)
     for t, (s, o) in zip(table, finished):  # each row printed once compared (a time limit keeps those)
         if t["stock_status"] == t["ours_status"] == "ok":

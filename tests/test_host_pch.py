@@ -261,7 +261,8 @@ def test_pragmas_the_header_code_leaves_in_force_still_hold_after_it(tmp_path, m
 def test_a_header_whose_included_files_changed_is_not_used(tmp_path, monkeypatch):
     """cudafe++'s output still includes a file (``crt/host_runtime.h``); the header records the
     files it read (manifest.json) and is not used once one of them changes (a toolkit updated in
-    place). Bytes that are not UTF-8 in the header code are carried as they are."""
+    place), but made again from the files as they are now by the next build with its key.
+    Bytes that are not UTF-8 in the header code are carried as they are."""
     monkeypatch.delenv("KVERIFY_HOST_PCH", raising=False)
     root = str(tmp_path / "pch")
     extra = tmp_path / "inc" / "crt" / "host_runtime.h"  # found through -I, as CUDA's is
@@ -276,6 +277,10 @@ def test_a_header_whose_included_files_changed_is_not_used(tmp_path, monkeypatch
     extra.write_text("inline int extra() { return 6; }\n")
     assert _compile(tmp_path, "stale", ANON, "int g() { return extra(); }", root, flags, tail)[:2] == \
         (True, hostpch.NONE)
+    assert not (folder / "prefix.h.gch").exists()
+    for tag, how in (("again", hostpch.MADE), ("use2", hostpch.USED)):
+        assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == (True, how)
+    assert str(extra) in (folder / "manifest.json").read_text()
 
 
 @pytest.mark.skipif(gxx is None, reason="needs g++")
@@ -284,11 +289,14 @@ def test_comparable_sees_data_laid_out_differently(tmp_path):
     same bytes but for where the zeros are) is unequal."""
     objs = []
     for tag, pragma in (("packed", "#pragma pack(push, 1)\n"), ("plain", "")):
-        src = tmp_path / f"{tag}.cpp"
+        (tmp_path / tag).mkdir()
+        src = tmp_path / tag / "s.cpp"  # one file name for both: the FILE symbol is the same
         src.write_text(pragma + "struct __attribute__((aligned(8))) S { char c; int i; };\nS s = {1, 2};\n")
-        subprocess.run([gxx, "-O2", "-c", str(src), "-o", str(tmp_path / f"{tag}.o")], check=True)
-        objs.append(hostpch.comparable(str(tmp_path / f"{tag}.o")))
+        subprocess.run([gxx, "-O2", "-c", "s.cpp", "-o", "s.o"], check=True, cwd=tmp_path / tag)
+        objs.append(hostpch.comparable(str(tmp_path / tag / "s.o")))
     assert objs[0] != objs[1]
+    assert objs[0].replace("0100000002000000", "0102000000000000") == objs[1].replace(
+        "0100000002000000", "0102000000000000"), "only the object's bytes differ"
 
 
 HEADER = """#pragma once

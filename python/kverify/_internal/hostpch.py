@@ -36,7 +36,7 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    no disk (a header is ~400 MB); at most MAX_HEADERS folders are made; a key that fails to
    precompile is marked ``failed`` and not tried again. ``manifest.json`` lists the files the
    header read (cudafe++'s output still includes ``crt/host_runtime.h``): a header whose files
-   changed since is not used (_fresh).
+   changed since is not used (_fresh) but removed, and made again by the next build with its key.
 4. With a header for the key, the file is compiled as ``#include "<folder>/prefix.h"``, an alias
    ``namespace <unit's name> = ::scope::FIXED;`` in each scope where the prefix declares an anonymous
    namespace (cudafe++'s code for the source names it: the stub's registration of a
@@ -298,6 +298,11 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
     header = os.path.join(folder, "prefix.h")
     if os.path.exists(header + ".gch"):
         if not _fresh(folder):
+            for stale in (header + ".gch", os.path.join(folder, "manifest.json")):
+                try:  # a build reading it now has it open; the next build with this key makes it anew
+                    os.unlink(stale)
+                except OSError:
+                    pass
             return plain(), NONE
         try:
             with open(source, "w", errors="surrogateescape") as f:
