@@ -267,10 +267,14 @@ def main() -> int:
 
     ctx = multiprocessing.get_context("spawn")
     po = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "ours"), False))
-    for f in as_completed([po.submit(_one, r, a.load_timeout) for r in warm]):  # before the clock starts
-        r = f.result()
-        print(f"  warm-up kverify {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) {r['status']:13} {r['id']}",
-              flush=True)
+    try:  # before the clock starts, within the deadline too (the timed builds then get what is left)
+        for f in as_completed([po.submit(_one, r, a.load_timeout) for r in warm],
+                              timeout=None if a.deadline is None else a.deadline):
+            r = f.result()
+            print(f"  warm-up kverify {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) {r['status']:13} {r['id']}",
+                  flush=True)
+    except FuturesTimeout:
+        print(f"  deadline ({a.deadline:.0f} s) during the warm-up: the timed builds are left out", flush=True)
     t0 = time.monotonic()
     ps = ProcessPoolExecutor(half, mp_context=ctx, initializer=_init, initargs=(str(root / "stock"), True))
     fs, fo = [ps.submit(_one, r, a.load_timeout) for r in rows], [po.submit(_one, r, a.load_timeout) for r in rows]

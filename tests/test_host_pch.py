@@ -3,6 +3,7 @@
 The logic runs on the CPU with g++ on a synthetic cudafe++ output (a prefix of header code with an
 anonymous namespace named after the unit's module id, then the unit's own code); with nvcc on
 PATH, a real unit through kverify's nvcc gives nvcc's object but for that namespace's name."""
+import fcntl
 import os
 import re
 import shutil
@@ -281,6 +282,35 @@ def test_a_header_whose_included_files_changed_is_not_used(tmp_path, monkeypatch
     for tag, how in (("again", hostpch.MADE), ("use2", hostpch.USED)):
         assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == (True, how)
     assert str(extra) in (folder / "manifest.json").read_text()
+    extra.write_text("inline int extra() { return 7; }\n")  # stale a second time: no more precompiles
+    for tag in ("stale2", "after"):
+        assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == \
+            (True, hostpch.NONE)
+    assert (folder / "failed").exists() and not (folder / "prefix.h.gch").exists()
+
+
+@pytest.mark.skipif(gxx is None, reason="needs g++")
+def test_a_stale_header_is_left_alone_while_its_folder_is_locked(tmp_path, monkeypatch):
+    """A build that finds the header stale removes it only under the folder's lock, which a
+    precompile in progress holds, and only if it is still stale then."""
+    monkeypatch.delenv("KVERIFY_HOST_PCH", raising=False)
+    root = str(tmp_path / "pch")
+    extra = tmp_path / "inc" / "crt" / "host_runtime.h"
+    extra.parent.mkdir(parents=True)
+    extra.write_text("inline int extra() { return 5; }\n")
+    flags = ("-O2", f"-I{tmp_path / 'inc'}")
+    for tag in ("w1", "w2"):
+        _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, hostpch.HOST_RUNTIME + "\n")
+    (folder,) = (tmp_path / "pch" / "cudafe").iterdir()
+    extra.write_text("inline int extra() { return 6; }\n")
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as a precompile in progress holds it
+        assert _compile(tmp_path, "locked", ANON, "int g() { return extra(); }", root, flags,
+                        hostpch.HOST_RUNTIME + "\n")[:2] == (True, hostpch.NONE)
+        assert (folder / "prefix.h.gch").exists() and not (folder / "stale").exists()
+    assert _compile(tmp_path, "free", ANON, "int g() { return extra(); }", root, flags,
+                    hostpch.HOST_RUNTIME + "\n")[:2] == (True, hostpch.NONE)
+    assert not (folder / "prefix.h.gch").exists() and (folder / "stale").exists()
 
 
 @pytest.mark.skipif(gxx is None, reason="needs g++")

@@ -36,7 +36,8 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    no disk (a header is ~400 MB); at most MAX_HEADERS folders are made; a key that fails to
    precompile is marked ``failed`` and not tried again. ``manifest.json`` lists the files the
    header read (cudafe++'s output still includes ``crt/host_runtime.h``): a header whose files
-   changed since is not used (_fresh) but removed, and made again by the next build with its key.
+   changed since is not used (_fresh) but removed, and made again by the next build with its key
+   (once: a key stale a second time is marked ``failed``; _forget_stale).
 4. With a header for the key, the file is compiled as ``#include "<folder>/prefix.h"``, an alias
    ``namespace <unit's name> = ::scope::FIXED;`` in each scope where the prefix declares an anonymous
    namespace (cudafe++'s code for the source names it: the stub's registration of a
@@ -255,6 +256,34 @@ def _fresh(folder: str) -> bool:
         return False
 
 
+def _forget_stale(folder: str, header: str) -> None:
+    """Remove a key's precompiled header whose files changed (``_fresh`` false), so that the next
+    build with the key makes it again from the files as they are now; only under the folder's lock
+    (a precompile in progress holds it: nothing is removed then) and only if still stale there. A
+    key goes stale once: the second time it is marked ``failed`` (a manifest that never holds, e.g.
+    a relative include path, would otherwise precompile every other build). A build that has the
+    header open keeps reading it; one that opens it after the removal reads ``prefix.h``'s text."""
+    try:
+        with open(os.path.join(folder, "lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # another build is making it
+            if not os.path.exists(header + ".gch") or _fresh(folder):
+                return  # removed or made again while this build looked
+            mark = os.path.join(folder, "stale")
+            if os.path.exists(mark):
+                open(os.path.join(folder, "failed"), "a").close()
+            open(mark, "a").close()
+            for name in (header + ".gch", os.path.join(folder, "manifest.json")):
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+    except OSError:
+        pass
+
+
 def _manifest(depfile: str, header: str) -> list:
     """[path, size, modification time] of every file in GCC's dependency output ``depfile`` but
     ``header`` itself."""
@@ -298,11 +327,7 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
     header = os.path.join(folder, "prefix.h")
     if os.path.exists(header + ".gch"):
         if not _fresh(folder):
-            for stale in (header + ".gch", os.path.join(folder, "manifest.json")):
-                try:  # a build reading it now has it open; the next build with this key makes it anew
-                    os.unlink(stale)
-                except OSError:
-                    pass
+            _forget_stale(folder, header)
             return plain(), NONE
         try:
             with open(source, "w", errors="surrogateescape") as f:
@@ -346,8 +371,9 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
                 for left in os.listdir(folder):  # a precompile killed mid-way (~400 MB); the lock is this one's now
                     if left.startswith("prefix.h.gch."):
                         os.unlink(os.path.join(folder, left))
-                with open(header, "w", errors="surrogateescape") as f:
-                    f.write(norm)
+                with open(header + ".tmp", "w", errors="surrogateescape") as f:
+                    f.write(norm)  # renamed into place: a unit whose .gch vanished reads the whole text
+                os.replace(header + ".tmp", header)
                 deps = os.path.join(folder, "deps.d")
                 if run([shlex.join([*header_command(words, source, header, tmp), "-MD", "-MF", deps])], env, []):
                     with open(deps + ".json", "w") as f:
