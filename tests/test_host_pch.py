@@ -282,11 +282,49 @@ def test_a_header_whose_included_files_changed_is_not_used(tmp_path, monkeypatch
     for tag, how in (("again", hostpch.MADE), ("use2", hostpch.USED)):
         assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == (True, how)
     assert str(extra) in (folder / "manifest.json").read_text()
-    extra.write_text("inline int extra() { return 7; }\n")  # stale a second time: no more precompiles
-    for tag in ("stale2", "after"):
+    assert not (folder / "stale").exists()  # the new header was used: a later change is a new one
+    extra.write_text("inline int extra() { return 7; }\n")  # updated again after that use: made again
+    for tag, how in (("stale2", hostpch.NONE), ("again2", hostpch.MADE)):
+        assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == (True, how)
+    assert not (folder / "failed").exists()
+    extra.write_text("inline int extra() { return 8; }\n")  # stale again before any use: no more precompiles
+    for tag in ("stale3", "after"):
         assert _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)[:2] == \
             (True, hostpch.NONE)
     assert (folder / "failed").exists() and not (folder / "prefix.h.gch").exists()
+
+
+@pytest.mark.skipif(gxx is None, reason="needs g++")
+def test_a_remade_header_replaces_the_text_by_a_rename(tmp_path, monkeypatch):
+    """A remake writes prefix.h beside it and renames it into place: a build that opened the old
+    prefix.h (its .gch removed as stale under it) reads the old text whole, never a half-written
+    new one; and a build that finds the header fresh under the lock removes nothing."""
+    monkeypatch.delenv("KVERIFY_HOST_PCH", raising=False)
+    root = str(tmp_path / "pch")
+    extra = tmp_path / "inc" / "crt" / "host_runtime.h"
+    extra.parent.mkdir(parents=True)
+    extra.write_text("inline int extra() { return 5; }\n")
+    flags, tail = ("-O2", f"-I{tmp_path / 'inc'}"), hostpch.HOST_RUNTIME + "\n"
+    for tag in ("w1", "w2"):
+        _compile(tmp_path, tag, ANON, "int g() { return extra(); }", root, flags, tail)
+    (folder,) = (tmp_path / "pch" / "cudafe").iterdir()
+    header = folder / "prefix.h"
+    hostpch._forget_stale(str(folder), str(header))  # fresh when it looks under the lock: kept
+    assert (folder / "prefix.h.gch").exists() and (folder / "manifest.json").exists()
+    assert not (folder / "stale").exists()
+    extra.write_text("inline int extra() { return 6; }\n")
+    assert _compile(tmp_path, "stale", ANON, "int g() { return extra(); }", root, flags, tail)[:2] == \
+        (True, hostpch.NONE)
+    header.write_text("// the text a build opened before the remake\n")
+    with open(header) as reader:
+        assert _compile(tmp_path, "again", ANON, "int g() { return extra(); }", root, flags, tail)[:2] == \
+            (True, hostpch.MADE)
+        assert reader.read() == "// the text a build opened before the remake\n"
+    assert hostpch.FIXED in header.read_text() and not (folder / "prefix.h.tmp").exists()
+    (folder / "prefix.h.gch").unlink()  # as a build that removed it first leaves it
+    extra.write_text("inline int extra() { return 9; }\n")
+    hostpch._forget_stale(str(folder), str(header))  # stale, but no header: nothing to remove or mark
+    assert not (folder / "failed").exists() and (folder / "manifest.json").exists()
 
 
 @pytest.mark.skipif(gxx is None, reason="needs g++")

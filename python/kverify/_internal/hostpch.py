@@ -37,7 +37,8 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    precompile is marked ``failed`` and not tried again. ``manifest.json`` lists the files the
    header read (cudafe++'s output still includes ``crt/host_runtime.h``): a header whose files
    changed since is not used (_fresh) but removed, and made again by the next build with its key
-   (once: a key stale a second time is marked ``failed``; _forget_stale).
+   (once between uses: a key stale again before its new header was used is marked ``failed``;
+   _forget_stale).
 4. With a header for the key, the file is compiled as ``#include "<folder>/prefix.h"``, an alias
    ``namespace <unit's name> = ::scope::FIXED;`` in each scope where the prefix declares an anonymous
    namespace (cudafe++'s code for the source names it: the stub's registration of a
@@ -260,9 +261,12 @@ def _forget_stale(folder: str, header: str) -> None:
     """Remove a key's precompiled header whose files changed (``_fresh`` false), so that the next
     build with the key makes it again from the files as they are now; only under the folder's lock
     (a precompile in progress holds it: nothing is removed then) and only if still stale there. A
-    key goes stale once: the second time it is marked ``failed`` (a manifest that never holds, e.g.
-    a relative include path, would otherwise precompile every other build). A build that has the
-    header open keeps reading it; one that opens it after the removal reads ``prefix.h``'s text."""
+    key goes stale once between uses: stale again before a build has used the header made since,
+    it is marked ``failed`` (a manifest that never holds, e.g. a relative include path, would
+    otherwise precompile every other build); a use clears the mark, so a toolkit updated in place
+    twice, with builds between, costs two remakes and no header. A build that has the header open
+    keeps reading it; one that opens it after the removal reads ``prefix.h``'s text (which a remake
+    replaces by a rename, never rewrites in place)."""
     try:
         with open(os.path.join(folder, "lock"), "w") as lock:
             try:
@@ -280,6 +284,14 @@ def _forget_stale(folder: str, header: str) -> None:
                     os.unlink(name)
                 except FileNotFoundError:
                     pass
+    except OSError:
+        pass
+
+
+def _unmark(mark: str) -> None:
+    """Remove the marker file ``mark`` if it is there."""
+    try:
+        os.unlink(mark)
     except OSError:
         pass
 
@@ -336,6 +348,7 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
             mine: list = []
             if run([last + " -Winvalid-pch -Werror=invalid-pch"], env, mine):
                 out.extend(mine)
+                _unmark(os.path.join(folder, "stale"))  # made again and used: a later change counts as new
                 return True, USED
         except OSError:
             pass
