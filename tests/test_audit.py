@@ -66,10 +66,11 @@ def ours(tmpdir) -> list[int]:
     return pids
 
 
-def no_orphans(tmpdir, within: float = 20.0) -> bool:
+def no_orphans(tmpdir, within: float = 120.0) -> bool:
     """True once no process of the audit run with ``tmpdir`` is left: orphans notice their
     parent's death within a second of their lifeline starting, which a process still importing
-    torch starts later."""
+    torch starts later (stop 44: 20 s was too short on 2 cores under a load of ~5, a clean-clone
+    CI run beside a fresh install; an orphan that never ends still fails it)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if not ours(tmpdir):
@@ -546,7 +547,7 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     # no try at all
     Journal(tmp_path / "c.sqlite").close()
     c = write_report([str(tmp_path / "c.sqlite")], str(tmp_path / "rep2"), str(corpus))["corpus"]
-    assert c["not_journalled"] == 5 and set(c["reasons"]) == {"no try recorded (never tried, or only before the tries table, stop 28)"}
+    assert c["not_journalled"] == 5 and set(c["reasons"]) == {"no try recorded (never tried, or tried only by a kverify that kept no tries)"}
     # journals of another corpus: refused, naming the corpus and a stray id
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps(rows["ex/broken"]) + "\n")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from kverify.corpus import load_row
-from kverify.errors import LoadError
+from kverify.corpus import load_row, row_digest
+from kverify.errors import LoadError, UsageError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "accepted_kernels.jsonl"
 
@@ -13,16 +13,38 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "accepted_k
 def test_row_and_errors(tmp_path):
     f = tmp_path / "c.jsonl"
     good = {"id": "a/1", "reference": "R", "candidate": "C", "harness": {"allclose_tol": 1e-4}}
-    f.write_text(json.dumps(good) + "\n" + json.dumps({"id": "b", "reference": 3, "candidate": "C"}) + "\n{oops\n")
+    f.write_text(json.dumps(good) + "\n" + json.dumps({"id": "b", "reference": "R", "candidate": "C"}) + "\n")
     r = load_row(str(f), "a/1")
     assert (r.reference, r.candidate, r.tolerance) == ("R", "C", 1e-4)
     assert r.paths("c.jsonl")[1] == "c.jsonl#a/1:candidate"
-    with pytest.raises(LoadError, match="field 'reference'") as e:
-        load_row(str(f), "b")
-    assert e.value.path.endswith(":2")
-    with pytest.raises(LoadError, match="not valid JSON") as e:
+    with pytest.raises(LoadError, match="no row with id 'zzz'"):
         load_row(str(f), "zzz")
-    assert e.value.path.endswith(":3")
+    # the whole file is read as an audit reads it: a bad line anywhere is an error for every id
+    for bad, line, what in (({"id": "b", "reference": 3, "candidate": "C"}, 2, "field 'reference'"),
+                            ({"id": "b", "reference": "R"}, 2, "field 'candidate'"),
+                            ({"id": "b", "reference": "R", "candidate": "C", "harness": []}, 2, "field 'harness'"),
+                            ({"id": "b", "reference": "R", "candidate": "C", "harness": {"allclose_tol": "x"}}, 2,
+                             "field 'harness.allclose_tol'")):
+        f.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(LoadError, match=what) as e:
+            load_row(str(f), "a/1")
+        assert e.value.path.endswith(f":{line}")
+    f.write_text(json.dumps(good) + "\n{oops\n")
+    with pytest.raises(LoadError, match="not valid JSON") as e:
+        load_row(str(f), "a/1")
+    assert e.value.path.endswith(":2")
+    f.write_text(json.dumps(good) + "\n" + json.dumps(good) + "\n")
+    with pytest.raises(UsageError, match="also the id of line 1"):
+        load_row(str(f), "a/1")
+
+
+def test_row_digest_follows_every_field():
+    a = {"id": "a", "reference": "R", "candidate": "C", "harness": {"allclose_tol": 1e-2, "gpu": "H100"}}
+    same = {"harness": {"gpu": "H100", "allclose_tol": 1e-2}, "candidate": "C", "reference": "R", "id": "a"}
+    assert row_digest(a) == row_digest(same)  # key order is not content
+    for k, v in (("candidate", "C2"), ("reference", "R "), ("harness", {"allclose_tol": 1e-3, "gpu": "H100"}),
+                 ("level", 1)):
+        assert row_digest({**a, k: v}) != row_digest(a), k
 
 
 @pytest.mark.skipif(not SHARED.is_file(), reason="shared corpus not present")

@@ -278,8 +278,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     rows = []
     shard_of: dict[str, int] = {}  # row id -> its shard's i
     place: dict[str, int] = {}  # every row id -> its position (its shard: place % n)
-    for p, _, r in identified_rows(corpus):
+    line_of: dict[str, int] = {}  # row id -> its line in the corpus file
+    for p, line, r in identified_rows(corpus):
         place[r["id"]] = p
+        line_of[r["id"]] = line
         if p % n in rank and (ids is None or r["id"] in ids):
             rows.append(r)
             shard_of[r["id"]] = p % n
@@ -307,6 +309,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         again_of, pending, options = _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults,
                                                      redo_budget, redo_stale, device, seed, gates, timeout,
                                                      load_timeout, row_budget, jobs, compile_jobs)
+        _same_rows(journals, paths, corpus, rows, line_of, again_of)
     except UsageError:
         for j in journals.values():
             j.close()
@@ -320,6 +323,23 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
                   gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, time_limit)
     return 0
+
+
+def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
+    """Raise UsageError when a journal holds a row of this run judged from a corpus row with another
+    content (kverify.corpus.row_digest; Journal.changed): a resumed audit would skip it and keep a
+    verdict on other code (another corpus, or a row edited since). Rows this run checks again
+    (``again_of``, --redo) and rows journalled before the digests table are not compared."""
+    from kverify.corpus import row_digest
+
+    for i, j in journals.items():
+        changed = [x for x in j.changed({r["id"]: row_digest(r) for r in rows}) if x not in again_of.get(i, [])]
+        if changed:
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise UsageError(f"{corpus}:{line_of[changed[0]]}: row {changed[0]!r}{more} is not the row {paths[i]} "
+                             f"judged (its content differs: another corpus, or the row was edited since); "
+                             f"use another journal, or --redo {','.join(changed[:3])}{',...' if len(changed) > 3 else ''} "
+                             "to judge it again")
 
 
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,

@@ -44,23 +44,40 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def load(journals: list[str]) -> list[dict]:
-    """Kernel records with their gates, from one or more journals (ids must not repeat)."""
+    """Kernel records with their gates, from one or more journals. Raises UsageError for a
+    journal given twice, missing or not a journal, an id in two journals, or journals whose runs
+    differ in a fixed option (kverify.journal.FIXED_OPTIONS: device, seed, gates; as ``merge``
+    refuses them: their rows are not judged alike)."""
+    from kverify.journal import FIXED_OPTIONS, _fixed
+
     out: dict[str, dict] = {}
+    where: dict[str, str] = {}  # kernel id -> its journal
     given = [Path(p).resolve() for p in journals]
     twice = sorted({str(p) for p in given if given.count(p) > 1})
     if twice:
         raise UsageError(f"{twice[0]}: given more than once")
+    fixed = None  # (journal, its runs' fixed options)
     for path in journals:
         if not Path(path).is_file():
             raise UsageError(f"{path}: " + ("is a directory, not a journal file" if Path(path).is_dir()
                                             else "no such journal"))
         j = Journal(path, readonly=True)
+        mine = _fixed(j)
+        if mine is not None and fixed is not None and mine != fixed[1]:
+            field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+            j.close()
+            raise UsageError(f"{path}: field '{field}': its runs had {field} = {mine.get(field)!r}, {fixed[0]}'s had "
+                             f"{fixed[1].get(field)!r}; a report joins only journals of alike runs")
+        fixed = fixed or ((path, mine) if mine is not None else None)
         cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
         for row in j.db.execute("SELECT * FROM kernels"):
             k = dict(zip(cols, row))
             if k["id"] in out:
-                raise UsageError(f"kernel {k['id']} appears in more than one journal (merge them first)")
+                j.close()
+                raise UsageError(f"kernel {k['id']} is in {where[k['id']]} and in {path} "
+                                 "(merge them first: kverify merge)")
             k["gates"] = {}
+            where[k["id"]] = str(path)
             out[k["id"]] = k
         for kid, gate, verdict, summary, ratio, tf, ev in j.db.execute("SELECT * FROM gates"):
             out[kid]["gates"][gate] = {"verdict": verdict, "summary": summary, "bound_ratio": ratio or 0.0,
@@ -83,7 +100,7 @@ WHY_NOT_JOURNALLED = {
     "oom": "out of GPU memory beside other checks: to run alone",
     "whole": "booked for a whole GPU: runs once nothing else is left",
     "started": "check started, never finished (a run's time limit or kill)",
-    "never": "no try recorded (never tried, or only before the tries table, stop 28)",
+    "never": "no try recorded (never tried, or tried only by a kverify that kept no tries)",
 }
 
 
@@ -98,15 +115,23 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     in corpus order}. Raises LoadError for a bad corpus line, UsageError for an id two corpus rows
     share or a journalled row that is not in the corpus (journals of another corpus)."""
     from kverify.audit import parse_shards
-    from kverify.corpus import identified_rows
+    from kverify.corpus import identified_rows, row_digest
     from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY
 
-    ids = [r["id"] for _, _, r in identified_rows(corpus)]
+    rows = {r["id"]: (line, row_digest(r)) for _, line, r in identified_rows(corpus)}
+    ids = list(rows)
     done = {k["id"] for k in kernels}
     stray = sorted(done - set(ids))
     if stray:
         raise UsageError(f"{corpus}: {len(stray)} journalled row(s) are not in this corpus, e.g. "
                          f"{', '.join(stray[:3])}: the journals are of another corpus")
+    for path in journals:  # the same ids, but other rows: judged from another corpus (or edited since)
+        j = Journal(path, readonly=True)
+        changed = j.changed({i: d for i, (_, d) in rows.items()})
+        j.close()
+        if changed:
+            raise UsageError(f"{corpus}:{rows[changed[0]][0]}: row {changed[0]!r} (and {len(changed) - 1} more) is "
+                             f"not the row {path} judged (its content differs): the journals are of another corpus")
     tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
     forgotten: dict[str, float] = {}
     shards: set[tuple[int, int]] | None = set()
@@ -454,8 +479,8 @@ def write_report(journals: list[str], out_dir: str = "results/audit", corpus: st
     """Write report.{json,md,html} and the plots into ``out_dir`` (created); returns the report.
     With ``corpus`` (the audited corpus JSONL) the report also counts its rows not journalled yet,
     with why (report["corpus"], not_journalled). Raises UsageError for a journal that is missing or
-    not a journal, journals of another corpus, or an ``out_dir`` that is a file; LoadError for a
-    bad corpus."""
+    not a journal, journals of another corpus or of unlike runs (load), or an ``out_dir`` that is a
+    file or cannot be written; LoadError for a bad corpus."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: --out must be a folder, and this is a file")
@@ -463,10 +488,14 @@ def write_report(journals: list[str], out_dir: str = "results/audit", corpus: st
     rep = build(kernels)
     if corpus:
         rep["corpus"] = not_journalled(corpus, journals, kernels)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(rep, indent=2, default=list) + "\n")
-    md = markdown(rep)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(html_view(md))
-    rep["plots"] = plots(rep, out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(rep, indent=2, default=list) + "\n")
+        md = markdown(rep)
+        (out / "report.md").write_text(md)
+        (out / "report.html").write_text(html_view(md))
+        rep["plots"] = plots(rep, out)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write the report there ({e.strerror or e}"
+                         + (f": {e.filename}" if e.filename else "") + ")") from None
     return rep

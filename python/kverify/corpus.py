@@ -2,6 +2,7 @@
 fields `id`, `reference`, `candidate`, `harness.allclose_tol`, `problem_name`, `level`, ..."""
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,14 @@ def _check_fields(where: str, row: dict) -> None:
     h = row.get("harness")
     if isinstance(h, dict) and h.get("gpu") is not None and not isinstance(h["gpu"], str):
         raise LoadError(where, f"field 'harness.gpu' must be a string, got {json.dumps(h['gpu'])[:60]}")
+    _sources(where, row)  # the fields every reader needs: a row without them is a bad file, not a verdict
+
+
+def row_digest(row: dict) -> str:
+    """SHA-256 (hex) of the row as canonical JSON (keys sorted, no spaces, ASCII), ``id`` included:
+    what the journal keeps of the row it judged (kverify.journal.Journal.record), so that a resumed
+    audit or a report refuses a corpus whose row of the same id says something else."""
+    return hashlib.sha256(json.dumps(row, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:
@@ -89,6 +98,13 @@ def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:
     `harness.allclose_tol`) or CUDA-L1 records (`ref_code`, `custom_code`; tolerance 1e-2, as in
     CUDA-L1's eval/eval_cuda.py). Raises LoadError naming the file, line and field."""
     where = f"{file}:{line}" if line else f"{file}#{row.get('id')}"
+    ref, cand, tol = _sources(where, row)
+    return CorpusRow(str(row.get("id")), ref, cand, tol, row)
+
+
+def _sources(where: str, row: dict) -> tuple[str, str, float]:
+    """(reference, candidate, tolerance) of ``row`` (row_sources); raises LoadError naming ``where``
+    and the field."""
     ref = row.get("reference", row.get("ref_code"))
     cand = row.get("candidate", row.get("custom_code"))
     for k, v in (("reference", ref), ("candidate", cand)):
@@ -101,15 +117,18 @@ def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:
     tol = harness.get("allclose_tol", 1e-2)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
         raise LoadError(where, f"field 'harness.allclose_tol' must be a positive number, got {tol!r}")
-    return CorpusRow(str(row.get("id")), ref, cand, float(tol), row)
+    return ref, cand, float(tol)
 
 
 def load_row(file: str, row_id: str) -> CorpusRow:
-    """The row with ``id == row_id``. Raises LoadError (file, field, reason) when absent or malformed."""
-    for n, row in iter_rows(file):
-        if row.get("id") != row_id:
-            continue
-        if not isinstance(row.get("id"), str):
-            raise LoadError(f"{file}:{n}", "field 'id' missing or not a string")
-        return row_sources(file, row, n)
-    raise LoadError(file, f"no row with id '{row_id}'")
+    """The row with ``id == row_id`` (CUDA-L1 records without an id: default_id). The whole file
+    is read and checked as an audit reads it (identified_rows), so ``check --corpus`` accepts only a
+    corpus that ``audit`` accepts. Raises LoadError (file, line, field, reason) for a malformed
+    line or when no row has the id; UsageError for an id two rows share."""
+    found = None
+    for _, n, row in identified_rows(file):
+        if row["id"] == row_id:
+            found = (n, row)
+    if found is None:
+        raise LoadError(file, f"no row with id '{row_id}'")
+    return row_sources(file, found[1], found[0])

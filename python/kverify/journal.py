@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS forgotten (
   id TEXT NOT NULL, class TEXT, reason TEXT, report TEXT, why TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS runs (at REAL NOT NULL, options TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tries (id TEXT NOT NULL, at REAL NOT NULL, what TEXT);
+CREATE TABLE IF NOT EXISTS digests (id TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 """
 #: the columns of the kernels table, in order (SCHEMA)
 KERNEL_COLUMNS = ["id", "source", "level", "problem", "version", "backend", "gpu", "class", "standard", "reason",
@@ -81,6 +82,7 @@ class Journal:
             raise UsageError(f"{self.path}: is a directory, not a journal file")
         if not readonly and not self.path.parent.is_dir():  # a typo must not leave a tree of folders behind
             raise UsageError(f"{self.path}: folder {self.path.parent} does not exist")
+        existed = self.path.exists()
         try:
             if readonly:
                 # immutable (no lock, no -shm beside it: a read-only folder or file works) unless a
@@ -104,6 +106,8 @@ class Journal:
                 self.db.executescript(SCHEMA)
                 self.tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
+            if not existed and not readonly:  # nothing there to be a journal or not: it could not be made
+                raise UsageError(f"{self.path}: cannot create a journal there ({e})") from None
             raise UsageError(f"{self.path}: not a kverify journal ({e})") from None
 
     def select(self, table: str) -> list[tuple]:
@@ -186,12 +190,16 @@ class Journal:
                 if "forgotten" in self.tables else "")
 
     def record(self, row: dict, report: dict | None, klass: str, reason: str = "", seconds: float = 0.0) -> None:
-        """Write one kernel and its gates atomically. ``row`` is the corpus row (id, source_repo,
-        level, problem_name, problem_version, backend, harness.gpu)."""
+        """Write one kernel and its gates atomically, with the row's digest (kverify.corpus.row_digest,
+        in ``digests``). ``row`` is the corpus row (id, source_repo, level, problem_name,
+        problem_version, backend, harness.gpu)."""
+        from kverify.corpus import row_digest
+
         h = row.get("harness") if isinstance(row.get("harness"), dict) else {}
         std = report["standard"]["verdict"] if report else None
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            self.db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?)", (row["id"], row_digest(row)))
             self.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                             (row["id"], row.get("source_repo"), row.get("level"), row.get("problem_name"),
                              row.get("problem_version"), row.get("backend"), h.get("gpu"), klass, std, reason,
@@ -204,6 +212,18 @@ class Journal:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+
+    def digests(self) -> dict[str, str]:
+        """{kernel id: SHA-256 of the corpus row it was judged from} for the journalled rows whose
+        record has one (rows journalled before the ``digests`` table have none)."""
+        return {k: d for k, d in self.select("digests")} if "digests" in self.tables else {}
+
+    def changed(self, rows: dict[str, str]) -> list[str]:
+        """Ids of ``rows`` ({id: digest of the corpus row now}) journalled from a row with another
+        digest: the corpus says something else for that id than what this journal judged."""
+        was = self.digests()
+        done = self.done()
+        return sorted(i for i, d in rows.items() if i in done and i in was and was[i] != d)
 
     def report(self, kernel_id: str) -> dict | None:
         """The full report journalled for ``kernel_id`` (kernels.report with each gate's evidence
@@ -264,6 +284,7 @@ class Journal:
                                 (json.dumps(full) if full else None, why, time.time(), i))
                 self.db.execute("DELETE FROM gates WHERE kernel_id = ?", (i,))
                 self.db.execute("DELETE FROM kernels WHERE id = ?", (i,))
+                self.db.execute("DELETE FROM digests WHERE id = ?", (i,))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -330,6 +351,7 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     # first every input's run options and kernels, with nothing written: a refused merge copies nothing
     fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None  # (where from, options)
     first: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
+    digest_of: dict[str, tuple[str, str]] = {k: (str(out), d) for k, d in dst.digests().items()}
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
         try:
@@ -340,9 +362,13 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
                                  f"{fixed[0]}'s had {fixed[1].get(field)!r}; journals of different runs do not merge")
             if mine is not None and fixed is None:
                 fixed = (str(src_path), mine)
+            sums = src.digests()
             for r in src.rows():
                 if r[0] in first and first[r[0]][1] != r:
                     raise UsageError(f"kernel {r[0]} differs between {first[r[0]][0]} and {src_path}")
+                if r[0] in sums and digest_of.setdefault(r[0], (str(src_path), sums[r[0]]))[1] != sums[r[0]]:
+                    raise UsageError(f"kernel {r[0]} was judged from different corpus rows in {digest_of[r[0]][0]} "
+                                     f"and {src_path} (their digests differ)")
                 first.setdefault(r[0], (str(src_path), r))
         finally:
             src.close()
@@ -350,6 +376,7 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     copied = already = 0
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
+        sums = src.digests()
         for r in src.rows():
             if r[0] in seen:  # the same content (checked above)
                 already += 1
@@ -361,6 +388,8 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
             dst.db.execute("BEGIN IMMEDIATE")
             dst.db.execute("INSERT INTO kernels VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", k)
             dst.db.executemany("INSERT INTO gates VALUES (?,?,?,?,?,?,?)", g)
+            if r[0] in sums:
+                dst.db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?)", (r[0], sums[r[0]]))
             dst.db.execute("COMMIT")
         # the side tables: what --redo took out, the runs' options, the rows tried (each record once)
         dst.db.execute("BEGIN IMMEDIATE")
