@@ -17,6 +17,7 @@ deps:
 
 # Build the extension (incremental: build/py is kept) and install the package.
 install: deps
+	@echo "kverify: building the C++ engine and installing the package into $(PY) (pip is quiet; ~10 min the first time on 2 cores, then incremental)"
 	$(PIP) install -q --no-build-isolation --no-deps \
 	  --config-settings=cmake.define.KVERIFY_BUILD_TESTS=ON .
 

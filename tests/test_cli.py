@@ -118,10 +118,29 @@ def test_bad_reference_is_exit_2(tmp_path, ref_body, needle):
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("args", [["--tol", "nan"], ["--tol", "-1"], ["--timeout", "0"], ["--json", "/nonexistent/d/r.json"]])
-def test_bad_options_are_usage_errors(args):
+@pytest.mark.parametrize("args,needle", [
+    (["--tol", "nan"], "tolerance must be"), (["--tol", "-1"], "tolerance must be"), (["--timeout", "0"], "--timeout"),
+    (["--json", "/nonexistent/d/r.json"], "does not exist"), (["--json", "/"], "is a folder"),
+    (["--json", "/proc/kverify-test.json"], "cannot write there"), (["--gates", ","], "no gate id given"),
+    (["--gates", ""], "no gate id given")])
+def test_bad_options_are_usage_errors(args, needle):
+    """Each refused before the check runs (an output that cannot be written too), in one line."""
     r = run("check", RELU / "reference.py", RELU / "correct.py", "--device", "cpu", "--gates", "G01", *args)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "G01" not in r.stdout  # no report: nothing ran
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (a folder no file can be made in)")
+def test_outputs_that_cannot_be_made_are_named(tmp_path):
+    from kverify.journal import Journal
+
+    j = tmp_path / "j.sqlite"
+    Journal(j).close()
+    r = run("merge", "/proc/kverify-test.sqlite", j)
+    assert r.returncode == 2 and "/proc/kverify-test.sqlite: cannot create a journal there" in r.stderr, r.stderr
+    r = run("report", j, "--out", "/proc/kverify-test-report")
+    assert r.returncode == 2 and "--out /proc/kverify-test-report: cannot write the report there" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_tuple_for_tensor_fails_g01(tmp_path):
@@ -268,3 +287,20 @@ def test_main_gives_the_callers_signal_handlers_back(tmp_path, sigint):
     finally:
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
+
+
+def test_demo_writes_the_examples_as_a_corpus_an_audit_reads(tmp_path):
+    from kverify.corpus import identified_rows, row_sources
+    from kverify.examples import candidates, problems
+
+    out = tmp_path / "ex.jsonl"
+    r = run("demo", "--write-corpus", out)
+    assert r.returncode == 0 and f"{out}: " in r.stdout, r.stderr
+    rows = [row for _, _, row in identified_rows(str(out))]
+    want = {f"{p.name}/{f.stem}": gate for p in problems() for f, gate in candidates(p)}
+    assert {row["id"]: row["planted"] for row in rows} == want and len(rows) == len(want) > 20
+    for row in rows:
+        src = row_sources(str(out), row)
+        problem, name = row["id"].split("/")
+        assert src.candidate == (problems()[0].parent / problem / f"{name}.py").read_text()
+    assert run("demo", "--write-corpus", tmp_path).returncode == 2  # a folder: refused

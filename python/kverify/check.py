@@ -49,10 +49,13 @@ def resolve_device(device: str | None) -> str:
 
 
 def resolve_gates(spec: str | None) -> list[str]:
-    """Gate ids from "G01,G03" (all implemented gates when None). Raises UsageError."""
-    if not spec:
+    """Gate ids from "G01,G03" (all implemented gates when None). Raises UsageError for an unknown
+    id, and for a spec that names none ("", ","): leaving --gates out is how to ask for all."""
+    if spec is None:
         return list(GATES)
     ids = [g.strip().upper() for g in spec.split(",") if g.strip()]
+    if not ids:
+        raise UsageError(f"--gates {spec!r}: no gate id given; leave --gates out for all gates")
     bad = [g for g in ids if g not in GATES]
     if bad:
         raise UsageError(f"unknown gate(s) {', '.join(bad)}; available: {', '.join(GATES)}")

@@ -28,6 +28,25 @@ def _read(path: str, what: str) -> str:
         raise LoadError(path, f"cannot read {what}: {e}") from None
 
 
+def _writable(path: str, flag: str) -> None:
+    """Raise UsageError naming ``flag`` and ``path`` unless a file can be written at ``path``: not
+    a folder, in a folder that exists, and opened for appending there (a file this makes is removed
+    again), so that a long run does not end in an unwritable output."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder, not a file")
+    if not p.resolve().parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {p.resolve().parent} does not exist")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    if not existed:
+        p.unlink(missing_ok=True)
+
+
 def _add_common(p: argparse.ArgumentParser, gates: bool = True) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     if gates:
@@ -56,15 +75,18 @@ def cmd_check(a) -> int:
             raise UsageError("give REF and CAND files, or --corpus FILE --id ID")
         ref_src, cand_src = _read(a.reference, "reference"), _read(a.candidate, "candidate")
         ref_path, cand_path, tol = a.reference, a.candidate, a.tol if a.tol is not None else 1e-2
-    if a.json and not Path(a.json).resolve().parent.is_dir():
-        raise UsageError(f"--json {a.json}: folder {Path(a.json).resolve().parent} does not exist")
+    if a.json is not None:
+        _writable(a.json, "--json")
     report = check(ref_src, ref_path, cand_src, cand_path, device=a.device, gates=resolve_gates(a.gates),
                    seed=a.seed, timeout=a.timeout, tolerance=tol, load_timeout=a.load_timeout)
     if a.corpus:
         report["meta"]["replay_source"] = f"--corpus {a.corpus} --id {a.id}"
     print_report(report, verbose=a.verbose)
-    if a.json:
-        write_json(report, a.json)
+    if a.json is not None:
+        try:
+            write_json(report, a.json)
+        except OSError as e:  # writable when the check began (_writable), not now
+            raise UsageError(f"--json {a.json}: cannot write the report ({e.strerror or e})") from None
     return exit_code(report)
 
 
@@ -72,6 +94,18 @@ def cmd_demo(a) -> int:
     from kverify.demo import run_demo
 
     from kverify.check import resolve_gates
+
+    if a.write_corpus is not None:
+        import json
+
+        from kverify.examples import corpus_rows
+
+        _writable(a.write_corpus, "--write-corpus")
+        rows = corpus_rows()
+        Path(a.write_corpus).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{a.write_corpus}: {len(rows)} rows (the embedded examples; field 'planted': the gate that must "
+              "catch each, null for the correct twins)")
+        return 0
 
     return run_demo(device=a.device, seed=a.seed, timeout=a.timeout, jobs=a.jobs, gates=resolve_gates(a.gates))
 
@@ -98,7 +132,7 @@ def cmd_audit(a) -> int:
                 else visible or [str(i) for i in range(torch.cuda.device_count())])
     return run_audit(a.corpus, a.journal, shard=a.shard, device=device, seed=a.seed,
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
-                     gates=resolve_gates(a.gates) if a.gates else None, load_timeout=a.load_timeout, gpus=gpus,
+                     gates=resolve_gates(a.gates) if a.gates is not None else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
                      row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale,
@@ -140,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="check the embedded example problems and planted defects")
     _add_common(d)
     d.add_argument("--jobs", type=int, default=2, help="candidates checked in parallel (default 2)")
+    d.add_argument("--write-corpus", metavar="FILE", default=None,
+                   help="write the embedded examples as a corpus JSONL to FILE and exit (a small corpus to try "
+                        "`kverify audit` and `kverify report` on)")
     d.set_defaults(func=cmd_demo)
     k = sub.add_parser("controls", help="run every positive control through all twelve gates")
     _add_common(k, gates=False)  # a control is judged by all twelve gates
