@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kverify.check import check as check_fn
+from kverify.errors import UsageError
 from kverify.examples import ROOT
 
 RELU = ROOT / "relu"
@@ -304,3 +305,26 @@ def test_demo_writes_the_examples_as_a_corpus_an_audit_reads(tmp_path):
         problem, name = row["id"].split("/")
         assert src.candidate == (problems()[0].parent / problem / f"{name}.py").read_text()
     assert run("demo", "--write-corpus", tmp_path).returncode == 2  # a folder: refused
+
+
+def test_audit_gates_naming_none_is_refused_before_a_journal(tmp_path):
+    corpus, j = tmp_path / "ex.jsonl", tmp_path / "j.sqlite"
+    assert run("demo", "--write-corpus", corpus).returncode == 0
+    r = run("audit", corpus, "--journal", j, "--device", "cpu", "--gates", ",")
+    assert r.returncode == 2 and "no gate id given" in r.stderr and not j.exists(), r.stderr
+
+
+def test_an_output_is_probed_without_making_or_removing_it(tmp_path):
+    from kverify.cli import _writable
+
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "gone" / "r.json")  # dangling, into a folder that does not exist
+    with pytest.raises(UsageError, match="does not exist"):
+        _writable(str(link), "--json")
+    (tmp_path / "gone").mkdir()
+    _writable(str(link), "--json")
+    assert link.is_symlink() and not (tmp_path / "gone" / "r.json").exists() and list((tmp_path / "gone").iterdir()) == []
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    _writable(str(kept), "--json")
+    assert kept.read_text() == "old"

@@ -38,13 +38,18 @@ def test_row_and_errors(tmp_path):
         load_row(str(f), "a/1")
 
 
-def test_row_digest_follows_every_field():
+def test_row_digest_follows_what_a_check_judges():
     a = {"id": "a", "reference": "R", "candidate": "C", "harness": {"allclose_tol": 1e-2, "gpu": "H100"}}
-    same = {"harness": {"gpu": "H100", "allclose_tol": 1e-2}, "candidate": "C", "reference": "R", "id": "a"}
-    assert row_digest(a) == row_digest(same)  # key order is not content
+    same = {"harness": {"gpu": "H100", "allclose_tol": 0.01}, "candidate": "C", "reference": "R", "id": "a"}
+    assert row_digest(a) == row_digest(same)  # key order and number spelling are not content
     for k, v in (("candidate", "C2"), ("reference", "R "), ("harness", {"allclose_tol": 1e-3, "gpu": "H100"}),
-                 ("level", 1)):
+                 ("id", "b")):
         assert row_digest({**a, k: v}) != row_digest(a), k
+    for k, v in (("level", 1), ("notes", "x"), ("harness", {"allclose_tol": 1e-2, "gpu": "A100"})):
+        assert row_digest({**a, k: v}) == row_digest(a), k  # what only describes the row
+    cuda_l1 = {"id": "a", "ref_code": "R", "custom_code": "C"}  # CUDA-L1's names, its tolerance 1e-2
+    assert row_digest(cuda_l1) == row_digest(a)
+    assert row_digest({"id": "a", "reference": 3}) != row_digest({"id": "a", "reference": 4})  # no sources: the row
 
 
 @pytest.mark.skipif(not SHARED.is_file(), reason="shared corpus not present")

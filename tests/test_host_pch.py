@@ -295,6 +295,32 @@ def test_a_header_whose_included_files_changed_is_not_used(tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(gxx is None, reason="needs g++")
+def test_a_use_that_raced_a_removal_keeps_the_stale_mark(tmp_path, monkeypatch):
+    """A build that found the header fresh, then had it removed as stale by another build before
+    GCC opened it (GCC reads prefix.h's text then, and succeeds), must not clear the mark that the
+    removal set: only a use of a header still there and fresh clears it."""
+    monkeypatch.delenv("KVERIFY_HOST_PCH", raising=False)
+    root = str(tmp_path / "pch")
+    for tag in ("w1", "w2"):
+        _compile(tmp_path, tag, ANON, "int g() { return f1(); }", root)
+    (folder,) = (tmp_path / "pch" / "cudafe").iterdir()
+
+    def racing(cmds, env, out):  # another build's _forget_stale, between this one's _fresh and GCC
+        if "-Winvalid-pch" in cmds[0]:
+            (folder / "prefix.h.gch").unlink()
+            (folder / "manifest.json").unlink()
+            (folder / "stale").touch()
+        return pnvcc._run(cmds, env, out)
+    d = tmp_path / "race"
+    d.mkdir()
+    src, text = d / "a.cudafe1.cpp", unit(ANON, "int g() { return f1(); }")
+    src.write_text(text)
+    last = f'g++ -O2 -c -x c++ -fPIC "{src}" -o "{d / "a.o"}"'
+    ok, how = hostpch.compile_final(last, str(src), ANON[len("_GLOBAL__N_"):], root, racing, dict(os.environ), [])
+    assert (ok, how) == (True, hostpch.USED) and (folder / "stale").exists()
+
+
+@pytest.mark.skipif(gxx is None, reason="needs g++")
 def test_a_remade_header_replaces_the_text_by_a_rename(tmp_path, monkeypatch):
     """A remake writes prefix.h beside it and renames it into place: a build that opened the old
     prefix.h (its .gch removed as stale under it) reads the old text whole, never a half-written

@@ -36,9 +36,13 @@ def test_a_resumed_audit_and_the_report_refuse_a_row_whose_content_changed(rows,
     write_report([str(j)], str(tmp_path / "rep"), corpus)
     rows[2]["candidate"] += "\n# edited since\n"
     edited = write(tmp_path / "edited.jsonl", rows)
-    with pytest.raises(UsageError, match=r"edited\.jsonl:3: row 'ex/g07_inplace' is not the row \S*j\.sqlite judged"):
+    with pytest.raises(UsageError, match=r"edited\.jsonl:3: row 'ex/g07_inplace' is not the row \S*j\.sqlite judged"
+                                         r".* or --redo ex/g07_inplace to judge it again$"):
         audit_mod.run_audit(edited, str(j), device="cpu", jobs=1, compile_jobs=0)
-    with pytest.raises(UsageError, match=r"edited\.jsonl:3: row 'ex/g07_inplace' .*another corpus"):
+    described = [{**r, "level": 2, "notes": "what only describes a row"} for r in rows[:2]] + rows[2:]
+    audit_mod.run_audit(write(tmp_path / "described.jsonl", described), str(j), device="cpu", jobs=1, compile_jobs=0,
+                        ids=["ex/correct", "ex/g03_fmax"])  # not judged differently: resumes
+    with pytest.raises(UsageError, match=r"edited\.jsonl:3: row 'ex/g07_inplace' is not .*judged .*another corpus"):
         write_report([str(j)], str(tmp_path / "rep"), edited)
     audit_mod.run_audit(edited, str(j), device="cpu", jobs=1, compile_jobs=0, ids=["ex/correct"])  # not that row: goes
     audit_mod.run_audit(edited, str(j), device="cpu", jobs=1, compile_jobs=0, redo=["ex/g07_inplace"])  # judged again
@@ -59,6 +63,17 @@ def test_merge_refuses_one_id_judged_from_two_rows_and_keeps_the_digests(rows, t
     assert not (tmp_path / "m.sqlite").exists()
     assert merge(tmp_path / "m.sqlite", [a]) == 1
     got = Journal(tmp_path / "m.sqlite", readonly=True)
+    assert got.digests() == {"ex/correct": row_digest(rows[0])}
+    got.close()
+    with pytest.raises(UsageError, match=r"ex/correct was judged from different corpus rows in \S*m\.sqlite and \S*b\.sqlite"):
+        merge(tmp_path / "m.sqlite", [b])  # the output's own digest counts too
+    old = tmp_path / "old.sqlite"  # the same record, journalled before digests
+    x = Journal(old)
+    x.record(rows[0], None, "UNJUDGED", "planted")
+    x.db.execute("DROP TABLE digests")
+    x.close()
+    assert merge(tmp_path / "m2.sqlite", [old, a]) == 1  # the record from old, the digest from a
+    got = Journal(tmp_path / "m2.sqlite", readonly=True)
     assert got.digests() == {"ex/correct": row_digest(rows[0])}
     got.close()
 

@@ -325,6 +325,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     return 0
 
 
+#: _same_rows names every changed row in the --redo it suggests up to this many
+REDO_LIST_MAX = 20
+
+
 def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
     """Raise UsageError when a journal holds a row of this run judged from a corpus row with another
     content (kverify.corpus.row_digest; Journal.changed): a resumed audit would skip it and keep a
@@ -336,10 +340,11 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
         changed = [x for x in j.changed({r["id"]: row_digest(r) for r in rows}) if x not in again_of.get(i, [])]
         if changed:
             more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            how = (f"--redo {','.join(changed)} to judge {'it' if len(changed) == 1 else 'them'} again"
+                   if len(changed) <= REDO_LIST_MAX else f"{len(changed)} rows changed: use another journal")
             raise UsageError(f"{corpus}:{line_of[changed[0]]}: row {changed[0]!r}{more} is not the row {paths[i]} "
-                             f"judged (its content differs: another corpus, or the row was edited since); "
-                             f"use another journal, or --redo {','.join(changed[:3])}{',...' if len(changed) > 3 else ''} "
-                             "to judge it again")
+                             f"judged (its reference, candidate or tolerance differs: another corpus, or the row "
+                             f"was edited since); use another journal, or {how}")
 
 
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,

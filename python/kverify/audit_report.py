@@ -113,7 +113,8 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     others' rows. Returns {"file", "rows" (the corpus's rows of those shards), "shards" (None: all),
     "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason", "tries"}]
     in corpus order}. Raises LoadError for a bad corpus line, UsageError for an id two corpus rows
-    share or a journalled row that is not in the corpus (journals of another corpus)."""
+    share, a journalled row that is not in the corpus, or one journalled from a row of the same id
+    that the corpus now gives other content (Journal.changed): journals of another corpus."""
     from kverify.audit import parse_shards
     from kverify.corpus import identified_rows, row_digest
     from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY
@@ -130,8 +131,10 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         changed = j.changed({i: d for i, (_, d) in rows.items()})
         j.close()
         if changed:
-            raise UsageError(f"{corpus}:{rows[changed[0]][0]}: row {changed[0]!r} (and {len(changed) - 1} more) is "
-                             f"not the row {path} judged (its content differs): the journals are of another corpus")
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise UsageError(f"{corpus}:{rows[changed[0]][0]}: row {changed[0]!r}{more} is not the row {path} "
+                             "judged (its reference, candidate or tolerance differs): the journals are of another "
+                             "corpus, or of rows edited since")
     tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
     forgotten: dict[str, float] = {}
     shards: set[tuple[int, int]] | None = set()

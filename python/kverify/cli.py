@@ -30,21 +30,27 @@ def _read(path: str, what: str) -> str:
 
 def _writable(path: str, flag: str) -> None:
     """Raise UsageError naming ``flag`` and ``path`` unless a file can be written at ``path``: not
-    a folder, in a folder that exists, and opened for appending there (a file this makes is removed
-    again), so that a long run does not end in an unwritable output."""
+    a folder, in a folder that exists, and there an existing file opens for appending (which
+    changes nothing) or a new file can be made (probed with a temporary file beside it, removed at
+    once; ``path`` itself, or a dangling link's target, is not made), so that a long run does not
+    end in an unwritable output."""
+    import tempfile
+
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{flag} {path}: is a folder, not a file")
-    if not p.resolve().parent.is_dir():
-        raise UsageError(f"{flag} {path}: folder {p.resolve().parent} does not exist")
-    existed = p.exists()
+    target = p.resolve()  # through a link, dangling or not
+    if not target.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {target.parent} does not exist")
     try:
-        with open(p, "a"):
-            pass
+        if target.exists():
+            with open(target, "a"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".kverify-probe-"):
+                pass
     except OSError as e:
         raise UsageError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
-    if not existed:
-        p.unlink(missing_ok=True)
 
 
 def _add_common(p: argparse.ArgumentParser, gates: bool = True) -> None:
@@ -175,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(d)
     d.add_argument("--jobs", type=int, default=2, help="candidates checked in parallel (default 2)")
     d.add_argument("--write-corpus", metavar="FILE", default=None,
-                   help="write the embedded examples as a corpus JSONL to FILE and exit (a small corpus to try "
-                        "`kverify audit` and `kverify report` on)")
+                   help="write the embedded examples as a corpus JSONL to FILE (replaced if there) and exit (a "
+                        "small corpus to try `kverify audit` and `kverify report` on)")
     d.set_defaults(func=cmd_demo)
     k = sub.add_parser("controls", help="run every positive control through all twelve gates")
     _add_common(k, gates=False)  # a control is judged by all twelve gates

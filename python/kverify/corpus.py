@@ -87,10 +87,18 @@ def _check_fields(where: str, row: dict) -> None:
 
 
 def row_digest(row: dict) -> str:
-    """SHA-256 (hex) of the row as canonical JSON (keys sorted, no spaces, ASCII), ``id`` included:
-    what the journal keeps of the row it judged (kverify.journal.Journal.record), so that a resumed
-    audit or a report refuses a corpus whose row of the same id says something else."""
-    return hashlib.sha256(json.dumps(row, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """SHA-256 (hex) of what a check of the row judges: its ``id``, reference and candidate texts
+    and standard-test tolerance (row_sources: CUDA-L1's ``ref_code``/``custom_code`` alike), as
+    canonical JSON. The journal keeps it per record (kverify.journal.Journal.record), so that a
+    resumed audit, ``merge`` or ``report --corpus`` refuses a corpus whose row of the same id would
+    be judged differently; fields that only describe the row (source, level, GPU, notes) may
+    change. A row whose sources do not load hashes as the whole row."""
+    try:
+        ref, cand, tol = _sources("", row)
+        what = {"id": row.get("id"), "reference": ref, "candidate": cand, "tolerance": tol}
+    except LoadError:
+        what = row
+    return hashlib.sha256(json.dumps(what, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def row_sources(file: str, row: dict, line: int | None = None) -> CorpusRow:

@@ -378,8 +378,10 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
         src = Journal(src_path, readonly=True)
         sums = src.digests()
         for r in src.rows():
-            if r[0] in seen:  # the same content (checked above)
+            if r[0] in seen:  # the same content (checked above); its digest kept if it had none yet
                 already += 1
+                if r[0] in sums:
+                    dst.db.execute("INSERT OR IGNORE INTO digests VALUES (?, ?)", (r[0], sums[r[0]]))
                 continue
             copied += 1
             seen.add(r[0])

@@ -348,7 +348,8 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
             mine: list = []
             if run([last + " -Winvalid-pch -Werror=invalid-pch"], env, mine):
                 out.extend(mine)
-                _unmark(os.path.join(folder, "stale"))  # made again and used: a later change counts as new
+                if os.path.exists(header + ".gch") and _fresh(folder):  # not removed as stale meanwhile
+                    _unmark(os.path.join(folder, "stale"))  # made again and used: a later change counts as new
                 return True, USED
         except OSError:
             pass
