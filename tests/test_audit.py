@@ -495,7 +495,7 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     from kverify.audit_report import markdown, write_report
     from kverify.corpus import iter_rows
     from kverify.errors import UsageError
-    from kverify.journal import OOM_TRY
+    from kverify.journal import OOM_TRY, WHOLE_TRY
 
     rows = {r["id"]: r for _, r in iter_rows(str(corpus))}
     a, b = Journal(tmp_path / "a.sqlite"), Journal(tmp_path / "b.sqlite")  # two shards' journals
@@ -507,7 +507,7 @@ def test_the_report_counts_the_corpus_rows_not_journalled_with_why(corpus, tmp_p
     b.note_try("ex/g07_inplace", "check started")
     b.note_try("ex/g08_tail_unwritten", "check started")
     b.note_try("ex/g08_tail_unwritten", OOM_TRY)
-    b.note_try("ex/broken", "booked whole: waits for the GPU to itself")
+    b.note_try("ex/broken", WHOLE_TRY)
     assert b.tries() == {"ex/g07_inplace": 2, "ex/g08_tail_unwritten": 1, "ex/broken": 1}
     a.close(), b.close()
     rep = write_report([str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")], str(tmp_path / "rep"), str(corpus))
@@ -911,7 +911,7 @@ def test_rows_journalled_by_a_kverify_fault_can_be_checked_again(corpus, whole, 
     assert kept[-1] == ("ex/correct", "UNJUDGED", "kverify audit --redo-faults")
 
 
-def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(corpus, tmp_path):
+def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(corpus, tmp_path, monkeypatch):
     """Every run's options are recorded (runs table); resuming with another seed or other gates
     is a usage error naming the journal and field, with nothing recorded; an SQLite file of
     another program is refused untouched; merge refuses journals of different runs and carries
@@ -920,6 +920,7 @@ def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(c
     from kverify.errors import UsageError
 
     j = tmp_path / "j.sqlite"
+    monkeypatch.setattr("kverify.audit.gpu_names", lambda: ["X"])  # a CPU run does not ask (records None)
     assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1) == 0
     for kw, field in (({"gates": ["G01", "G03"]}, "gates"), ({"gates": ["G01"], "seed": 1}, "seed")):
         with pytest.raises(UsageError, match=f"field '{field}'"):
@@ -927,6 +928,7 @@ def test_a_journal_keeps_its_device_seed_and_gates_and_refuses_other_databases(c
     with sqlite3.connect(j) as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
         assert db.execute("SELECT COUNT(*) FROM kernels").fetchone()[0] == 1  # nothing checked by refused runs
+        assert json.loads(db.execute("SELECT options FROM runs").fetchone()[0])["gpu_names"] is None  # a CPU run
     run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=1, redo=["ex/correct"])  # same: resumes
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as db:
@@ -1219,12 +1221,13 @@ def test_rows_tried_and_not_finished_go_after_the_others(corpus, tmp_path):
     tried and did not finish after the others, the fewest tries first; a journalled row has no
     tries left to count, and merge carries the tries over once."""
     from kverify.audit import run_audit
+    from kverify.journal import WHOLE_TRY
 
     j = tmp_path / "j.sqlite"
     first = Journal(j)
     for _ in range(2):
         first.note_try("ex/correct", "check started")  # the corpus's first row, tried twice
-    first.note_try("ex/g03_fmax", "booked whole: waits for the GPU to itself")  # its second, once
+    first.note_try("ex/g03_fmax", WHOLE_TRY)  # its second, once
     assert first.tries() == {"ex/correct": 2, "ex/g03_fmax": 1}
     first.close()
     assert run_audit(str(corpus), str(j), device="cpu", gates=["G01"], limit=4) == 0
@@ -1255,3 +1258,31 @@ def test_rows_tried_and_not_finished_go_after_the_others(corpus, tmp_path):
     with sqlite3.connect(p) as db:
         assert sorted(db.execute("SELECT id, what FROM tries")) == [("ex/correct", "check started"),
                                                                      ("ex/g03_fmax", "check started")]
+
+
+def test_a_run_records_the_gpu_names_nvidia_smi_gives(monkeypatch):
+    """gpu_names reads nvidia-smi's model names in index order for the runs record, and is None
+    when nvidia-smi is missing or fails (a CPU audit records None without asking)."""
+    import subprocess
+
+    from kverify import audit as audit_mod
+
+    def fake(out, rc=0):
+        return lambda *a, **k: subprocess.CompletedProcess(a, rc, stdout=out, stderr="")
+
+    monkeypatch.setattr(audit_mod.subprocess, "run", fake("NVIDIA H200\nNVIDIA H100 80GB HBM3\n\n"))
+    assert audit_mod.gpu_names() == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    monkeypatch.setattr(audit_mod.subprocess, "run", fake("NVIDIA H200\n", rc=9))  # names, but nvidia-smi failed
+    assert audit_mod.gpu_names() is None
+
+    def slow(*a, **k):
+        raise subprocess.TimeoutExpired("nvidia-smi", 20)
+
+    monkeypatch.setattr(audit_mod.subprocess, "run", slow)
+    assert audit_mod.gpu_names() is None
+
+    def missing(*a, **k):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(audit_mod.subprocess, "run", missing)
+    assert audit_mod.gpu_names() is None

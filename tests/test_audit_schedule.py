@@ -506,8 +506,7 @@ def test_a_row_an_earlier_run_saw_run_out_with_a_gpu_to_itself_runs_serially_at_
         others = [t for t, ev, kind, rid, gpu, serial in w.trace if kind == "check" and ev == "start" and not serial]
         assert max(others) <= min(t for t, ev, kind, rid, gpu, serial in w.trace
                                   if kind == "check" and ev == "start" and rid in ("r2", "r9"))
-    assert not w.tries_of(audit.OOM_WHOLE_TRY) and not any(w == "booked whole: waits for the GPU to itself"
-                                                            for _, w in w.tries)
+    assert not w.tries_of(audit.OOM_WHOLE_TRY) and not w.tries_of(audit.WHOLE_TRY)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -310,8 +310,9 @@ def test_demo_writes_the_examples_as_a_corpus_an_audit_reads(tmp_path):
 def test_audit_gates_naming_none_is_refused_before_a_journal(tmp_path):
     corpus, j = tmp_path / "ex.jsonl", tmp_path / "j.sqlite"
     assert run("demo", "--write-corpus", corpus).returncode == 0
-    r = run("audit", corpus, "--journal", j, "--device", "cpu", "--gates", ",")
-    assert r.returncode == 2 and "no gate id given" in r.stderr and not j.exists(), r.stderr
+    for gates in (",", ""):
+        r = run("audit", corpus, "--journal", j, "--device", "cpu", "--gates", gates)
+        assert r.returncode == 2 and "no gate id given" in r.stderr and not j.exists(), (gates, r.stderr)
 
 
 def test_an_output_is_probed_without_making_or_removing_it(tmp_path):

@@ -51,7 +51,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
-from kverify.journal import CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, Journal, cut_by_budget
+from kverify.journal import (CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY, Journal,
+                             cut_by_budget)
 
 #: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
 #: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
@@ -336,8 +337,9 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
     (``again_of``, --redo) and rows journalled before the digests table are not compared."""
     from kverify.corpus import row_digest
 
+    now = {r["id"]: row_digest(r) for r in rows}
     for i, j in journals.items():
-        changed = [x for x in j.changed({r["id"]: row_digest(r) for r in rows}) if x not in again_of.get(i, [])]
+        changed = [x for x in j.changed(now) if x not in again_of.get(i, [])]
         if changed:
             more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
             how = (f"--redo {','.join(changed)} to judge {'it' if len(changed) == 1 else 'them'} again"
@@ -369,9 +371,11 @@ def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, r
         missing = sorted(set(again_of[i]) - j.done())
         if missing:
             raise UsageError(f"{paths[i]}: --redo: no journalled row has the id(s) {', '.join(missing)}")
-    options = {i: {"device": resolve_device(device), "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
+    dev = resolve_device(device)
+    names = gpu_names() if dev == "cuda" else None  # once for all the run's journals
+    options = {i: {"device": dev, "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
                    "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
-                   "compile_jobs": compile_jobs, "kverify": _version()} for i in journals}
+                   "compile_jobs": compile_jobs, "kverify": _version(), "gpu_names": names} for i in journals}
     for i, j in journals.items():
         j.check_options(options[i])
     return again_of, pending, options
@@ -675,6 +679,20 @@ def check_need_mib(base_gib: float, input_bytes: int, param_bytes: int = 0) -> i
     (the audit passes inputs and outputs together: Precompiled.output_bytes) + PARAM_FACTOR x its
     reference's parameters and buffers."""
     return int(base_gib * 1024 + (INPUT_FACTOR * input_bytes + PARAM_FACTOR * param_bytes) / 2**20)
+
+
+def gpu_names() -> list[str] | None:
+    """Model names of every GPU of the machine in nvidia-smi's index order (e.g. ["NVIDIA H200"];
+    nvidia-smi ignores CUDA_VISIBLE_DEVICES and --gpus, so on a host of mixed GPUs it may name one the
+    run did not use: each row's ``meta.judged_on`` names its own), for the journal's ``runs`` record
+    (not a fixed option: an audit may go on on another machine). None when nvidia-smi cannot tell."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [x.strip() for x in r.stdout.splitlines() if x.strip()]
+    return names if r.returncode == 0 and names else None
 
 
 def gpu_memory_mib(gpus: list[str]) -> dict[str, tuple[int, int]] | None:
@@ -1035,7 +1053,8 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
         if not one_gpu:
             return False
         if waiting["build"] or any(r[1] == "build" for r in running.values()):
-            return True
+            return True  # (a build's warm-up call runs on the GPU too: builds of rows known to be booked whole
+            # would share it as well; H100, stop 45: only such rows left, the GPU idle ~90 s of a 570 s call)
         return any(not whole(r) for r in waiting["check"]) if row is not None else bool(waiting["check"])
     def host_need(kind: str, row: dict) -> int:
         return host_need_mib("build") if kind == "build" else host_of.get(row["id"], host_need_mib("check"))
@@ -1222,7 +1241,7 @@ def _pipeline(corpus, todo, opts, jobs, compile_jobs, record, attempts: int = 2,
                             waiting["check"].append(row)
                         queued[row["id"]] = time.monotonic()
                         if one_gpu and whole(row) and row["id"] not in serial_before:  # waits for the GPU to itself: until no other row is left
-                            note_try(row, "booked whole: waits for the GPU to itself")
+                            note_try(row, WHOLE_TRY)
                         log(f"built {status:<11} {seconds:7.1f}s cpu {cpu:6.1f}s inputs {input_bytes / 2**30:.2f} GiB "
                             f"params {param_bytes / 2**30:.2f} GiB outputs {output_bytes / 2**30:.2f} GiB need {need_of[row['id']] / 1024:.0f} GiB {row['id']}"
                             + (f"  {error[:160]}" if error else "")

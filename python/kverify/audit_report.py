@@ -48,7 +48,7 @@ def load(journals: list[str]) -> list[dict]:
     journal given twice, missing or not a journal, an id in two journals, or journals whose runs
     differ in a fixed option (kverify.journal.FIXED_OPTIONS: device, seed, gates; as ``merge``
     refuses them: their rows are not judged alike)."""
-    from kverify.journal import FIXED_OPTIONS, _fixed
+    from kverify.journal import _fixed, unlike_runs
 
     out: dict[str, dict] = {}
     where: dict[str, str] = {}  # kernel id -> its journal
@@ -62,13 +62,11 @@ def load(journals: list[str]) -> list[dict]:
             raise UsageError(f"{path}: " + ("is a directory, not a journal file" if Path(path).is_dir()
                                             else "no such journal"))
         j = Journal(path, readonly=True)
-        mine = _fixed(j)
-        if mine is not None and fixed is not None and mine != fixed[1]:
-            field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+        try:
+            fixed = unlike_runs(path, _fixed(j), fixed, "a report joins only journals of alike runs")
+        except UsageError:
             j.close()
-            raise UsageError(f"{path}: field '{field}': its runs had {field} = {mine.get(field)!r}, {fixed[0]}'s had "
-                             f"{fixed[1].get(field)!r}; a report joins only journals of alike runs")
-        fixed = fixed or ((path, mine) if mine is not None else None)
+            raise
         cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
         for row in j.db.execute("SELECT * FROM kernels"):
             k = dict(zip(cols, row))
@@ -117,7 +115,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     that the corpus now gives other content (Journal.changed): journals of another corpus."""
     from kverify.audit import parse_shards
     from kverify.corpus import identified_rows, row_digest
-    from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY
+    from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY
 
     rows = {r["id"]: (line, row_digest(r)) for _, line, r in identified_rows(corpus)}
     ids = list(rows)
@@ -165,7 +163,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
             continue
         w = [what for at, what in tries.get(i, []) if at > forgotten.get(i, 0.0)]  # since its last --redo (as Journal._since)
         key = ("serial" if OOM_WHOLE_TRY in w else "capped" if OOM_CAP_TRY in w else "oom" if OOM_TRY in w
-               else "whole" if any(x.startswith("booked whole") for x in w)
+               else "whole" if WHOLE_TRY in w
                else "started" if w else "forgotten" if i in forgotten else "never")
         missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key],
                         "tries": sum(x not in OOM_NOTES for x in w)})

@@ -59,6 +59,9 @@ OOM_CAP_TRY = "out of GPU memory over its cap beside other checks: booked whole 
 OOM_WHOLE_TRY = "out of GPU memory with the GPU to itself: serially from now on"
 #: the notes that say why a row was set aside, not a try of their own (Journal.tries)
 OOM_NOTES = (OOM_TRY, OOM_CAP_TRY, OOM_WHOLE_TRY)
+#: the ``tries`` note of a row booked for the whole of the only GPU after its build (a try of its own;
+#: kverify report --corpus: "booked for a whole GPU")
+WHOLE_TRY = "booked whole: waits for the GPU to itself"
 
 
 def cut_by_budget(verdict: str, summary: str | None) -> bool:
@@ -216,7 +219,7 @@ class Journal:
     def digests(self) -> dict[str, str]:
         """{kernel id: SHA-256 of the corpus row it was judged from} for the journalled rows whose
         record has one (rows journalled before the ``digests`` table have none)."""
-        return {k: d for k, d in self.select("digests")} if "digests" in self.tables else {}
+        return dict(self.select("digests"))
 
     def changed(self, rows: dict[str, str]) -> list[str]:
         """Ids of ``rows`` ({id: digest of the corpus row now}) journalled from a row with another
@@ -347,6 +350,18 @@ def _fixed(j: "Journal") -> dict | None:
     return None if not runs else {k: v for k, v in json.loads(runs[0][1]).items() if k in FIXED_OPTIONS}
 
 
+def unlike_runs(path, mine: dict | None, fixed: tuple[str, dict] | None, why: str) -> tuple[str, dict] | None:
+    """Compare a journal's fixed options ``mine`` (``_fixed``) with ``fixed``, the (journal, options)
+    of the first journal read that had any. Raises UsageError naming ``path``, the first differing
+    field of FIXED_OPTIONS, both values and ``why`` (what unlike runs may not do). Returns the
+    (journal, options) to compare the next journal with."""
+    if mine is not None and fixed is not None and mine != fixed[1]:
+        field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
+        raise UsageError(f"{path}: field '{field}': its runs had {field} = {mine.get(field)!r}, "
+                         f"{fixed[0]}'s had {fixed[1].get(field)!r}; {why}")
+    return fixed if fixed is not None or mine is None else (str(path), mine)
+
+
 def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     # first every input's run options and kernels, with nothing written: a refused merge copies nothing
     fixed = (str(out), _fixed(dst)) if _fixed(dst) is not None else None  # (where from, options)
@@ -355,13 +370,7 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
         try:
-            mine = _fixed(src)
-            if mine is not None and fixed is not None and mine != fixed[1]:
-                field = next(k for k in FIXED_OPTIONS if mine.get(k) != fixed[1].get(k))
-                raise UsageError(f"{src_path}: field '{field}': its runs had {field} = {mine.get(field)!r}, "
-                                 f"{fixed[0]}'s had {fixed[1].get(field)!r}; journals of different runs do not merge")
-            if mine is not None and fixed is None:
-                fixed = (str(src_path), mine)
+            fixed = unlike_runs(src_path, _fixed(src), fixed, "journals of different runs do not merge")
             sums = src.digests()
             for r in src.rows():
                 if r[0] in first and first[r[0]][1] != r:

@@ -348,8 +348,9 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
             mine: list = []
             if run([last + " -Winvalid-pch -Werror=invalid-pch"], env, mine):
                 out.extend(mine)
-                if os.path.exists(header + ".gch") and _fresh(folder):  # not removed as stale meanwhile
-                    _unmark(os.path.join(folder, "stale"))  # made again and used: a later change counts as new
+                mark = os.path.join(folder, "stale")  # made again and used: a later change counts as new
+                if os.path.exists(mark) and os.path.exists(header + ".gch") and _fresh(folder):
+                    _unmark(mark)  # (only while not removed as stale meanwhile)
                 return True, USED
         except OSError:
             pass
