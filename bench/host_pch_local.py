@@ -60,9 +60,13 @@ def main() -> int:
         r = subprocess.run([*cmd, "-c", str(d / "cuda.cu"), "-o", str(d / f"{tag}.o"), *flags], capture_output=True,
                            text=True, env=env)
         took = time.perf_counter() - t
-        how = [ln for ln in trace.read_text().splitlines() if ln.startswith("host pch")]
+        lines = trace.read_text().splitlines()
+        how = [ln for ln in lines if ln.startswith("host pch")]
         if r.returncode != 0:
             sys.exit(f"source {i} {tag}: exit {r.returncode}: {r.stderr[-500:]}")
+        steps = [ln.split()[1:] for ln in lines if ln.startswith("step ")]  # pnvcc's: [tool, (-E,) seconds]
+        if steps:  # where kverify's nvcc spent it (the two lanes' steps overlap in time)
+            print(f"  {tag} steps: " + ", ".join(" ".join(w[:-1]) + f" {float(w[-1]):.1f}" for w in steps), flush=True)
         return took, (how or ["-"])[0], d / f"{tag}.o"
 
     first = a.index[0]

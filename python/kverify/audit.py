@@ -341,12 +341,10 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
     for i, j in journals.items():
         changed = [x for x in j.changed(now) if x not in again_of.get(i, [])]
         if changed:
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
             how = (f"--redo {','.join(changed)} to judge {'it' if len(changed) == 1 else 'them'} again"
                    if len(changed) <= REDO_LIST_MAX else f"{len(changed)} rows changed: use another journal")
-            raise UsageError(f"{corpus}:{line_of[changed[0]]}: row {changed[0]!r}{more} is not the row {paths[i]} "
-                             f"judged (its reference, candidate or tolerance differs: another corpus, or the row "
-                             f"was edited since); use another journal, or {how}")
+            raise UsageError(Journal.not_the_row(f"{corpus}:{line_of[changed[0]]}", changed, paths[i])
+                             + f": another corpus, or the row was edited since); use another journal, or {how}")
 
 
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,

@@ -129,10 +129,8 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         changed = j.changed({i: d for i, (_, d) in rows.items()})
         j.close()
         if changed:
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            raise UsageError(f"{corpus}:{rows[changed[0]][0]}: row {changed[0]!r}{more} is not the row {path} "
-                             "judged (its reference, candidate or tolerance differs): the journals are of another "
-                             "corpus, or of rows edited since")
+            raise UsageError(Journal.not_the_row(f"{corpus}:{rows[changed[0]][0]}", changed, path)
+                             + "): the journals are of another corpus, or of rows edited since")
     tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
     forgotten: dict[str, float] = {}
     shards: set[tuple[int, int]] | None = set()

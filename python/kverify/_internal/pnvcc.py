@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 if __package__:
     from kverify._internal import declset, hostpch
@@ -185,10 +186,13 @@ def _gen_c_file(cmd: str) -> str:
 
 def _run(cmds: list[str], env: dict, out: list) -> bool:
     """Run shell commands in order (``rm`` may fail, as under nvcc); append (stdout, stderr) to
-    ``out``; False at the first failure."""
+    ``out``; False at the first failure. With KVERIFY_PNVCC_TRACE set, each command's tool and
+    wall seconds go to that file too ("step TOOL SECONDS"; steps of the two lanes interleave)."""
     for c in cmds:
+        t0 = time.perf_counter()
         # tools' messages may name files in any encoding (a review's find: a folder named in Latin-1)
         p = subprocess.run(["/bin/sh", "-c", c], env=env, capture_output=True, text=True, errors="replace")
+        _trace(f"step {_tool(c) + (' -E' if ' -E ' in f' {c} ' else '')} {time.perf_counter() - t0:.2f}")
         out.append((p.stdout, "" if _tool(c) == "rm" else p.stderr))  # nvcc's own clean-up is silent
         if p.returncode != 0 and _tool(c) != "rm":
             return False
@@ -261,12 +265,16 @@ def check_headers(steps: list[str], env: dict, reduced: str, full: str, cache: s
 
 
 def _trace(what: str) -> None:
-    """Append how the call was built ("lanes", "lanes, device lane again", "nvcc: why") to the
-    file named by KVERIFY_PNVCC_TRACE, if any (tests)."""
+    """Append how the call was built ("lanes", "lanes, device lane again", "nvcc: why") or how long
+    a step took ("step TOOL SECONDS", _run) to the file named by KVERIFY_PNVCC_TRACE, if any (tests,
+    bench/host_pch_local.py). A file it cannot write is ignored: tracing never changes the build."""
     path = os.environ.get("KVERIFY_PNVCC_TRACE")
     if path:
-        with open(path, "a") as f:
-            f.write(what + "\n")
+        try:
+            with open(path, "a") as f:
+                f.write(what + "\n")
+        except OSError:
+            pass
 
 
 def main(argv: list[str]) -> int:
