@@ -64,9 +64,10 @@ def main() -> int:
         how = [ln for ln in lines if ln.startswith("host pch")]
         if r.returncode != 0:
             sys.exit(f"source {i} {tag}: exit {r.returncode}: {r.stderr[-500:]}")
-        steps = [ln.split()[1:] for ln in lines if ln.startswith("step ")]  # pnvcc's: [tool, (-E,) seconds]
-        if steps:  # where kverify's nvcc spent it (the two lanes' steps overlap in time)
-            print(f"  {tag} steps: " + ", ".join(" ".join(w[:-1]) + f" {float(w[-1]):.1f}" for w in steps), flush=True)
+        steps = [ln.split()[1:] for ln in lines if ln.startswith("step ")]  # pnvcc's: [lane, tool, (-E,) seconds]
+        if steps:  # where kverify's nvcc spent it (the host and device lanes' steps overlap in time)
+            print(f"  {tag} steps: " + ", ".join(f"{w[0]}: " + " ".join(w[1:-1]) + f" {float(w[-1]):.1f}"
+                                                 for w in steps), flush=True)
         return took, (how or ["-"])[0], d / f"{tag}.o"
 
     first = a.index[0]

@@ -430,10 +430,12 @@ def test_through_kverifys_nvcc_the_object_is_nvccs_but_for_the_namespace_name(tm
     used = build(ours, "third", KERNEL.replace("b[i] +=", "b[i] -="))
     assert [ln for ln in trace.read_text().splitlines() if ln.startswith("host pch")] == \
         [hostpch.SEEN, hostpch.MADE, hostpch.USED]
-    # each step's tool and seconds too (bench/host_pch_local.py prints them): one cudafe++ and one cicc a build
+    # each step's lane, tool and seconds too (bench/host_pch_local.py prints them): one cudafe++ in the
+    # host lane and one cicc in the device lane a build, and the host compile after both lanes
     steps = [ln.split() for ln in trace.read_text().splitlines() if ln.startswith("step ")]
-    tools = [w[1] for w in steps]
-    assert tools.count("cudafe++") == 3 and tools.count("cicc") == 3 and all(float(w[-1]) >= 0 for w in steps)
+    lane_tool = [(w[1], w[2]) for w in steps]
+    assert lane_tool.count(("host", "cudafe++")) == 3 and lane_tool.count(("device", "cicc")) == 3, steps
+    assert {w[1] for w in steps} == {"host", "device", "final"} and all(float(w[-1]) >= 0 for w in steps), steps
     theirs = build([nvcc], "third", KERNEL.replace("b[i] +=", "b[i] -="), obj="nvcc")
 
     assert hostpch.comparable(str(used)) == hostpch.comparable(str(theirs))

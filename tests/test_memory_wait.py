@@ -22,6 +22,9 @@ def fresh(monkeypatch):
     """memory_wait with nothing paused yet and short pauses."""
     monkeypatch.setattr(memory_wait, "_spent", [0.0])
     monkeypatch.setattr(memory_wait, "_beyond", [0])  # errors past the whole GPU that earlier tests raised
+    monkeypatch.setattr(memory_wait, "_mended", [0])
+    # no allocator watch unless a test fakes one (on a GPU host the real hook would attach)
+    monkeypatch.setattr(memory_wait, "_watch", lambda: False)
     monkeypatch.setattr(memory_wait, "STEP_S", 0.05)
     return memory_wait
 
@@ -567,6 +570,117 @@ def test_an_error_asking_more_than_the_whole_gpu_is_not_unmended(fresh, monkeypa
                                              "allocate 9000000000000000 bytes"))
 
 
+class _Allocator:
+    """A stand-in for PyTorch's caching allocator on a CPU-only host: ``fail()`` does what a failed
+    allocation does (num_ooms + 1, the out-of-memory observer called in the failing thread, then
+    torch.OutOfMemoryError raised)."""
+
+    def __init__(self, monkeypatch, watched: bool = True):
+        self.ooms = 0
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: {"num_ooms": self.ooms})
+        monkeypatch.setattr(memory_wait, "_watch", lambda: watched)
+        monkeypatch.setattr(memory_wait, "_waited", [0])
+
+    def fail(self, text: str = OOM):
+        self.ooms += 1
+        memory_wait._observe(0, 2 << 20, 0, 0)
+        raise torch.OutOfMemoryError(text)
+
+    def caught(self, n: int = 1) -> None:
+        for _ in range(n):
+            try:
+                self.fail()
+            except torch.OutOfMemoryError:
+                pass
+
+
+def test_errors_caught_inside_a_run_that_ended_well_are_not_unmended(fresh, monkeypatch):
+    """PyTorch's cuDNN convolutions try each algorithm's workspace and take a smaller one when the
+    allocation fails; the allocator counts each failure (num_ooms) though the run ends well (likely
+    why a ConvTranspose2d row of the H200 audit, stop 47, was sent to run alone, then serially).
+    With the allocator watched, errors raised and caught inside a retry() run that ended well are
+    not unmended; an error caught outside any run (a gate's broad except), or
+    in another thread meanwhile, or a run's error that stands still is; without the watch, every
+    error is, as before."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    a = _Allocator(monkeypatch)
+
+    def well():
+        a.caught(3)
+        return "ran"
+    assert fresh.retry(well) == "ran" and a.ooms == 3
+    assert fresh.unmended_ooms() == 0
+    a.caught()  # outside any run: no one knows it was mended
+    assert fresh.unmended_ooms() == 1
+
+    def stands():
+        a.caught(2)
+        a.fail()
+    with pytest.raises(torch.OutOfMemoryError):
+        fresh.retry(stands, may_retry=lambda: False)
+    assert a.ooms == 7 and fresh.unmended_ooms() == 2  # its own error stands; the 2 it caught do not
+
+    def elsewhere():  # an error another thread catches while this run goes on
+        import threading
+        t = threading.Thread(target=a.caught)
+        t.start()
+        t.join()
+        return "ran"
+    assert fresh.retry(elsewhere) == "ran" and fresh.unmended_ooms() == 3
+
+    fn, calls = _flaky(2, lambda: a.fail())  # retried twice, then ends well
+    assert fresh.retry(fn) == "ran" and len(calls) == 3
+    assert fresh.unmended_ooms() == 3 and memory_wait._waited == [0]
+    fn, calls = _flaky(2, lambda: a.fail())  # the same inside a nested retry
+    assert fresh.retry(lambda: fresh.retry(fn)) == "ran" and len(calls) == 3
+    assert fresh.unmended_ooms() == 3 and memory_wait._waited == [0]
+
+    def caught_from_a_nested_run():  # a nested run's error stands and the outer run's code catches it
+        a.caught()  # mended: caught inside a run that ends well
+        try:
+            fresh.retry(a.fail, may_retry=lambda: False)
+        except torch.OutOfMemoryError:
+            pass
+        return "ran"
+    assert fresh.retry(caught_from_a_nested_run) == "ran" and fresh.unmended_ooms() == 4
+
+    monkeypatch.setattr(fresh, "_device_total", lambda: 140 << 30)
+    huge = "CUDA out of memory. Tried to allocate 976.00 GiB. GPU 0 has a total capacity of 139.81 GiB"
+    with pytest.raises(torch.OutOfMemoryError):  # past the whole GPU: stands, and is not unmended
+        fresh.retry(lambda: a.fail(huge))
+    assert fresh.unmended_ooms() == 4 and fresh.gpu_oom_status() == {"ooms": 4, "over_cap": False}
+
+
+def test_without_the_watch_every_error_no_retry_took_is_unmended(fresh, monkeypatch):
+    """The twin of the test above without the allocator's observer (a torch without the hook, or a
+    run that started before CUDA did): errors caught inside a run count, as they did before."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    a = _Allocator(monkeypatch, watched=False)
+
+    def well():
+        a.caught(3)
+        return "ran"
+    assert fresh.retry(well) == "ran" and fresh.unmended_ooms() == 3
+    fn, calls = _flaky(1, lambda: a.fail())
+    assert fresh.retry(fn) == "ran" and fresh.unmended_ooms() == 3 and memory_wait._waited == [1]
+
+
+def test_the_watch_attaches_once_after_cuda_starts(monkeypatch):
+    """_watch attaches the observer to PyTorch's allocator once, and only once CUDA has started (the
+    allocator of a device is made then); without the hook (a CPU-only torch) it reports False."""
+    monkeypatch.setattr(memory_wait, "_watching", [False])
+    attached = []
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attached.append, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert not memory_wait._watch() and attached == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert memory_wait._watch() and memory_wait._watch() and attached == [memory_wait._observe]
+    monkeypatch.setattr(memory_wait, "_watching", [False])
+    monkeypatch.delattr(torch._C, "_cuda_attach_out_of_memory_observer")
+    assert not memory_wait._watch()
+
+
 def test_an_error_past_the_whole_gpu_wrapped_between_retries_is_counted_once(fresh, monkeypatch):
     """A review's find: a retry() around code that re-raises the inner retry's error in a new
     exception (same words, ``raise ... from``) counted the one allocator error twice, which would hide
@@ -682,3 +796,34 @@ print(mw.unmended_ooms())
     assert got["cap"][:2] == ["oom", "True"] and float(got["cap"][2]) < 1.0 and got["cap"][3] == "1024", got
     assert got["cap"][4:] == ["2", "2"], got  # the retried run's error and the caught one; not the 1 TiB one
     assert got["free"] == ["allocated", "False", "0", "0"], got
+
+
+@pytest.mark.gpu
+def test_an_error_caught_inside_a_retried_run_is_not_unmended_on_the_gpu():
+    """On a real GPU, with the allocator's observer attached (_watch): a run of retry() that catches
+    its own out-of-memory error (as PyTorch's cuDNN convolutions do when a workspace does not fit)
+    and ends well leaves unmended_ooms() at 0 though the allocator counted the error; one caught
+    outside any run counts."""
+    import subprocess
+    import sys
+    prog = """
+import torch
+from kverify._internal import memory_wait as mw
+assert mw.cap_process(1024)
+def run():
+    try:
+        torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        pass
+    return torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+mw.retry(run)
+print(mw._watching[0], torch.cuda.memory_stats()["num_ooms"], mw.unmended_ooms())
+try:
+    torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:
+    pass
+print(mw.unmended_ooms())
+"""
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "1", "0", "1"], r.stdout

@@ -120,7 +120,7 @@ def test_the_object_is_nvccs_and_errors_are_nvccs(tmp_path, monkeypatch):
     a, obj_a, _ = _compile([nvcc], src, tmp_path, "nvcc")
     b, obj_b, dep_b = _compile(ours, src, tmp_path, "ours")
     assert a.returncode == 0 and b.returncode == 0, b.stderr
-    # not nvcc itself, no second device lane (besides each step's "step TOOL SECONDS" line)
+    # not nvcc itself, no second device lane (besides each step's "step LANE TOOL SECONDS" line)
     assert [ln for ln in trace.read_text().splitlines() if not ln.startswith("step ")] == ["lanes"], trace.read_text()
     norm = lambda p: re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_X", p.read_bytes())  # noqa: E731
     assert norm(obj_a) == norm(obj_b)  # nvcc's objects differ run to run only in those names

@@ -52,7 +52,7 @@ from kverify._internal import cpu_seconds, cuda_schedule, memory_wait
 from kverify._internal.lifeline import start_whole
 from kverify.errors import KverifyError, UsageError
 from kverify.journal import (CLASSES, FAULT_PREFIX, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY, Journal,
-                             cut_by_budget)
+                             cut_by_budget, not_the_row)
 
 #: a folder: each check or build process of an audit writes its Python stacks (all threads) to a
 #: file there when it gets SIGUSR1, and an interrupted audit sends SIGUSR1 to those still running
@@ -343,8 +343,9 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
         if changed:
             how = (f"--redo {','.join(changed)} to judge {'it' if len(changed) == 1 else 'them'} again"
                    if len(changed) <= REDO_LIST_MAX else f"{len(changed)} rows changed: use another journal")
-            raise UsageError(Journal.not_the_row(f"{corpus}:{line_of[changed[0]]}", changed, paths[i])
-                             + f": another corpus, or the row was edited since); use another journal, or {how}")
+            raise UsageError(not_the_row(f"{corpus}:{line_of[changed[0]]}", changed, paths[i],
+                                         ": another corpus, or the row was edited since",
+                                         f"; use another journal, or {how}"))
 
 
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kverify.build import CAUGHT_MARK
 from kverify.errors import UsageError
-from kverify.journal import CLASSES, Journal, cut_by_budget
+from kverify.journal import CLASSES, Journal, cut_by_budget, not_the_row
 
 NOT_JUDGED = ("COMPILE_ERROR", "UNJUDGED")  #: rates of these are over all rows, of the rest over judged rows
 FAILING = ("FAIL", "CRASH", "TIMEOUT", "ERROR")
@@ -64,23 +64,20 @@ def load(journals: list[str]) -> list[dict]:
         j = Journal(path, readonly=True)
         try:
             fixed = unlike_runs(path, _fixed(j), fixed, "a report joins only journals of alike runs")
-        except UsageError:
+            cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
+            for row in j.db.execute("SELECT * FROM kernels"):
+                k = dict(zip(cols, row))
+                if k["id"] in out:
+                    raise UsageError(f"kernel {k['id']} is in {where[k['id']]} and in {path} "
+                                     "(merge them first: kverify merge)")
+                k["gates"] = {}
+                where[k["id"]] = str(path)
+                out[k["id"]] = k
+            for kid, gate, verdict, summary, ratio, tf, ev in j.db.execute("SELECT * FROM gates"):
+                out[kid]["gates"][gate] = {"verdict": verdict, "summary": summary, "bound_ratio": ratio or 0.0,
+                                           "tolerance_free": bool(tf), "evidence": json.loads(ev or "{}")}
+        finally:
             j.close()
-            raise
-        cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
-        for row in j.db.execute("SELECT * FROM kernels"):
-            k = dict(zip(cols, row))
-            if k["id"] in out:
-                j.close()
-                raise UsageError(f"kernel {k['id']} is in {where[k['id']]} and in {path} "
-                                 "(merge them first: kverify merge)")
-            k["gates"] = {}
-            where[k["id"]] = str(path)
-            out[k["id"]] = k
-        for kid, gate, verdict, summary, ratio, tf, ev in j.db.execute("SELECT * FROM gates"):
-            out[kid]["gates"][gate] = {"verdict": verdict, "summary": summary, "bound_ratio": ratio or 0.0,
-                                       "tolerance_free": bool(tf), "evidence": json.loads(ev or "{}")}
-        j.close()
     return sorted(out.values(), key=lambda k: k["id"])
 
 
@@ -129,8 +126,8 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         changed = j.changed({i: d for i, (_, d) in rows.items()})
         j.close()
         if changed:
-            raise UsageError(Journal.not_the_row(f"{corpus}:{rows[changed[0]][0]}", changed, path)
-                             + "): the journals are of another corpus, or of rows edited since")
+            raise UsageError(not_the_row(f"{corpus}:{rows[changed[0]][0]}", changed, path, "",
+                                         ": the journals are of another corpus, or of rows edited since"))
     tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
     forgotten: dict[str, float] = {}
     shards: set[tuple[int, int]] | None = set()

@@ -228,15 +228,6 @@ class Journal:
         done = self.done()
         return sorted(i for i, d in rows.items() if i in done and i in was and was[i] != d)
 
-    @staticmethod
-    def not_the_row(where: str, changed: list[str], journal) -> str:
-        """The start of the refusal for rows ``changed`` (Journal.changed, non-empty) of ``journal``:
-        "WHERE: row 'ID' (and N more) is not the row JOURNAL judged (its reference, candidate or
-        tolerance differs" -- the caller closes the parenthesis with what to do."""
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        return (f"{where}: row {changed[0]!r}{more} is not the row {journal} judged "
-                "(its reference, candidate or tolerance differs")
-
     def report(self, kernel_id: str) -> dict | None:
         """The full report journalled for ``kernel_id`` (kernels.report with each gate's evidence
         from the gates table), or None when the row has none (COMPILE_ERROR, UNJUDGED without a
@@ -359,6 +350,16 @@ def _fixed(j: "Journal") -> dict | None:
     return None if not runs else {k: v for k, v in json.loads(runs[0][1]).items() if k in FIXED_OPTIONS}
 
 
+def not_the_row(where: str, changed: list[str], journal, inside: str, after: str) -> str:
+    """The refusal for corpus rows ``changed`` (Journal.changed, non-empty) that ``journal`` judged
+    from other text: "WHERE: row 'ID' (and N more) is not the row JOURNAL judged (its reference,
+    candidate or tolerance differs{inside}){after}" -- ``inside`` says why in the parenthesis,
+    ``after`` what to do. Used by the audit (kverify.audit) and the report (kverify.audit_report)."""
+    more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+    return (f"{where}: row {changed[0]!r}{more} is not the row {journal} judged "
+            f"(its reference, candidate or tolerance differs{inside}){after}")
+
+
 def unlike_runs(path, mine: dict | None, fixed: tuple[str, dict] | None, why: str) -> tuple[str, dict] | None:
     """Compare a journal's fixed options ``mine`` (``_fixed``) with ``fixed``, the (journal, options)
     of the first journal read that had any. Raises UsageError naming ``path``, the first differing
@@ -373,7 +374,8 @@ def unlike_runs(path, mine: dict | None, fixed: tuple[str, dict] | None, why: st
 
 def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     # first every input's run options and kernels, with nothing written: a refused merge copies nothing
-    fixed = unlike_runs(out, _fixed(dst), None, "")  # (where from, options), or None: no run recorded
+    mine = _fixed(dst)
+    fixed = (str(out), mine) if mine is not None else None  # (where from, options); None: no run recorded
     first: dict[str, tuple[str, tuple]] = {r[0]: (str(out), r) for r in dst.rows()}
     digest_of: dict[str, tuple[str, str]] = {k: (str(out), d) for k, d in dst.digests().items()}
     for src_path in inputs:

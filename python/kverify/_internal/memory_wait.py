@@ -54,6 +54,19 @@ _waited = [0]
 #: out-of-memory errors retry() let stand that asked for more than the whole GPU has (beyond_gpu):
 #: neither a wait nor the GPU to itself mends them, so they are not unmended_ooms
 _beyond = [0]
+#: out-of-memory errors PyTorch's caching allocator raised inside a run retry() watched (_watch) that
+#: no one needs to hear of: caught inside the run itself, which then ended well (PyTorch's cuDNN
+#: convolutions try each algorithm's workspace and take a smaller one when the allocation fails;
+#: the allocator counts every such failure in num_ooms), or the errors of tries retry() ran again,
+#: or an error past the whole GPU (beyond_gpu). With the watch on, _waited and _beyond count only
+#: what unwatched runs saw.
+_mended = [0]
+#: whether _observe is attached to PyTorch's caching allocator (once per process, after CUDA starts)
+_watching = [False]
+#: per thread: how deep in retry() calls it is, whether the outermost one watches, how many
+#: allocator errors the outermost one's current try has seen (_observe), and how many errors
+#: nested retry() calls let stand in that try (the try's code may have caught them: unmended)
+_here = threading.local()
 
 _lock = threading.Lock()
 _spent = [0.0]  # seconds this process has paused so far
@@ -188,14 +201,54 @@ def unmended_ooms() -> int:
     error somewhere, in a record that says so or caught by a gate that made something else of it
     (a review found G03's limit probe reading one as "nothing certified": a wrong FAIL), less those
     it let stand that asked for more than the whole GPU has (beyond_gpu: running alone mends
-    nothing). 0 where CUDA was not started here."""
+    nothing) and those raised and caught inside a run of retry() that ended well (_mended: PyTorch's
+    cuDNN convolutions, which try a smaller workspace when one fails: the likely reason why a
+    ConvTranspose2d row of the H200 audit, stop 47, gemini_level2_run/L2/P36, ran out of memory "with
+    the GPU to itself" with no gate saying so; seen only where the allocator's observer was attached
+    before the run began, _watch).
+    0 where CUDA was not started here."""
     try:
         import torch
         if not torch.cuda.is_initialized():
             return 0
-        return max(0, int(torch.cuda.memory_stats().get("num_ooms", 0)) - _waited[0] - _beyond[0])
+        return max(0, int(torch.cuda.memory_stats().get("num_ooms", 0)) - _waited[0] - _beyond[0] - _mended[0])
     except Exception:  # noqa: BLE001
         return 0
+
+
+def _observe(device, alloc, device_allocated, device_free) -> None:
+    """PyTorch's caching allocator calls this in the thread whose allocation failed, just before it
+    raises torch.OutOfMemoryError (as it adds one to num_ooms); counted for that thread's outermost
+    watched retry() try, if any (the others stay in unmended_ooms)."""
+    if getattr(_here, "depth", 0) and getattr(_here, "watched", False):
+        _here.seen += 1
+
+
+def _watch() -> bool:
+    """Attach _observe to PyTorch's caching allocator once CUDA has started in this process
+    (torch._C._cuda_attach_out_of_memory_observer; attaching would start CUDA itself, which a
+    retry() must not do before its run does). False where it is not attached: no CUDA yet, or a
+    torch without that hook; then unmended_ooms counts as before (every error no retry took), as
+    it does for a run of retry() that started before CUDA did."""
+    if _watching[0]:
+        return True
+    try:
+        import torch
+        if not torch.cuda.is_initialized():
+            return False
+        with _lock:
+            if not _watching[0]:
+                torch._C._cuda_attach_out_of_memory_observer(_observe)
+                _watching[0] = True
+    except Exception:  # noqa: BLE001 — no watch: the allocator's count stands as it is
+        return False
+    return True
+
+
+def _mend(n: int) -> None:
+    if n > 0:
+        with _lock:
+            _mended[0] += n
 
 
 def capped_out() -> bool:
@@ -280,26 +333,49 @@ def retry(fn, deadline: float | None = None, on_oom=None, may_retry=None):
     STEP_S / 4 is not taken: the error stands (raised with its traceback). Each retry starts at
     least twice the failed try's time and STEP_S before the ``deadline``, so a caller may check
     its budget once, before the first try (Oracle.check_budget)."""
-    for k in range(RERUNS + 1):
-        t = time.monotonic()
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 — re-raised unless it is a wait for memory
-            took = time.monotonic() - t
-            over = is_oom(e) and hit_cap(e)  # over this process's own cap: no wait for others helps
-            if k == RERUNS or not is_oom(e) or over or (may_retry is not None and not may_retry()):
-                if beyond_gpu(e) and not _counted(e):  # once per allocator error, through nested retries
-                    with _lock:
-                        _beyond[0] += 1
-                raise
-            seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
-            if deadline is not None:
-                seconds = min(seconds, deadline - time.monotonic() - 2 * took - STEP_S)
-            if seconds < STEP_S / 4:
-                raise
-        # past the except block Python drops ``e``: the failed try's frames and tensors are let go
-        with _lock:
-            _waited[0] += 1
-        if on_oom is not None:
-            on_oom()
-        _pause(seconds)
+    outer = not getattr(_here, "depth", 0)
+    if outer:
+        _here.watched = _watch()  # the allocator's errors of this run are told apart from the rest
+    watched = _here.watched
+    _here.depth = getattr(_here, "depth", 0) + 1
+    try:
+        for k in range(RERUNS + 1):
+            if outer:
+                _here.seen = _here.stood = 0
+            t = time.monotonic()
+            try:
+                out = fn()
+            except Exception as e:  # noqa: BLE001 — re-raised unless it is a wait for memory
+                took = time.monotonic() - t
+                over = is_oom(e) and hit_cap(e)  # over this process's own cap: no wait for others helps
+                stands = k == RERUNS or not is_oom(e) or over or (may_retry is not None and not may_retry())
+                if not stands:
+                    seconds = min(STEP_S * _jitter.uniform(0.5, 1.5), left())
+                    if deadline is not None:
+                        seconds = min(seconds, deadline - time.monotonic() - 2 * took - STEP_S)
+                    stands = seconds < STEP_S / 4
+                if stands:
+                    if outer and watched:  # one error stands for the run (none past the whole GPU),
+                        # and each a nested retry() let stand in it
+                        _mend(_here.seen - (_here.stood if beyond_gpu(e) else max(_here.stood, 1)))
+                    elif watched and not beyond_gpu(e):  # nested: the outer try's code may catch it
+                        _here.stood += 1
+                    elif not watched and beyond_gpu(e) and not _counted(e):  # once per allocator error,
+                        with _lock:                                          # through nested retries
+                            _beyond[0] += 1
+                    raise
+            else:
+                if outer and watched:  # ended well: what it raised inside, it caught, except what
+                    _mend(_here.seen - _here.stood)  # nested retries let stand (a gate's except, say)
+                return out
+            # past the except block Python drops ``e``: the failed try's frames and tensors are let go
+            if outer and watched:  # run again, and what nested retries let stand kept (at worst
+                _mend(_here.seen - _here.stood)  # counted once too often: the row runs alone)
+            elif not watched:
+                with _lock:
+                    _waited[0] += 1
+            if on_oom is not None:
+                on_oom()
+            _pause(seconds)
+    finally:
+        _here.depth -= 1

@@ -184,15 +184,20 @@ def _gen_c_file(cmd: str) -> str:
     return w[w.index("--gen_c_file_name") + 1] if "--gen_c_file_name" in w[:-1] else ""
 
 
-def _run(cmds: list[str], env: dict, out: list) -> bool:
+def _run(cmds: list[str], env: dict, out: list, lane: str = "final") -> bool:
     """Run shell commands in order (``rm`` may fail, as under nvcc); append (stdout, stderr) to
-    ``out``; False at the first failure. With KVERIFY_PNVCC_TRACE set, each command's tool and
-    wall seconds go to that file too ("step TOOL SECONDS"; steps of the two lanes interleave)."""
+    ``out``; False at the first failure. With KVERIFY_PNVCC_TRACE set, each command's lane (host,
+    device, or final: the host compile after both and, the first time, its precompiled header's
+    build, hostpch.compile_final), tool and wall seconds go to that file too
+    ("step LANE TOOL SECONDS", TOOL with " -E" for a preprocessing step; the two lanes' lines
+    interleave in the order their steps end)."""
+    tracing = bool(os.environ.get("KVERIFY_PNVCC_TRACE"))
     for c in cmds:
         t0 = time.perf_counter()
         # tools' messages may name files in any encoding (a review's find: a folder named in Latin-1)
         p = subprocess.run(["/bin/sh", "-c", c], env=env, capture_output=True, text=True, errors="replace")
-        _trace(f"step {_tool(c) + (' -E' if ' -E ' in f' {c} ' else '')} {time.perf_counter() - t0:.2f}")
+        if tracing:
+            _trace(f"step {lane} {_tool(c) + (' -E' if ' -E ' in f' {c} ' else '')} {time.perf_counter() - t0:.2f}")
         out.append((p.stdout, "" if _tool(c) == "rm" else p.stderr))  # nvcc's own clean-up is silent
         if p.returncode != 0 and _tool(c) != "rm":
             return False
@@ -266,7 +271,7 @@ def check_headers(steps: list[str], env: dict, reduced: str, full: str, cache: s
 
 def _trace(what: str) -> None:
     """Append how the call was built ("lanes", "lanes, device lane again", "nvcc: why") or how long
-    a step took ("step TOOL SECONDS", _run) to the file named by KVERIFY_PNVCC_TRACE, if any (tests,
+    a step took ("step LANE TOOL SECONDS", _run) to the file named by KVERIFY_PNVCC_TRACE, if any (tests,
     bench/host_pch_local.py). A file it cannot write is ignored: tracing never changes the build."""
     path = os.environ.get("KVERIFY_PNVCC_TRACE")
     if path:
@@ -308,12 +313,12 @@ def main(argv: list[str]) -> int:
         done: dict = {}
         def device_lane() -> None:
             try:
-                done["ok"] = _run(device, env, d_out)
+                done["ok"] = _run(device, env, d_out, "device")
             except OSError:
                 done["ok"] = False
         lane = threading.Thread(target=device_lane)
         lane.start()
-        h_ok = _run(host, env, h_out)
+        h_ok = _run(host, env, h_out, "host")
         lane.join()
         if not (h_ok and done.get("ok")):
             return real("a step failed")  # nvcc's own diagnostics and exit status
@@ -327,7 +332,7 @@ def main(argv: list[str]) -> int:
         theirs = open(_module_id_file(host[-1])).read()
         if any(open(_module_id_file(c)).read() != theirs for c in device if _tool(c) == "cicc"):
             d_out = []  # the device lane again, as nvcc runs it: with cudafe++'s module id
-            if not _run(as_nvcc, env, d_out):
+            if not _run(as_nvcc, env, d_out, "device"):
                 return real("a step failed")
             _trace("lanes, device lane again")
         final: list = []
