@@ -11,7 +11,10 @@
 # IDS=ID[,ID...] checks only those rows of the shards (kverify audit --id, once per id): e.g. the rows
 # booked for a whole GPU, which on one GPU wait until no other row is left and so never start in a
 # short call beside the others.
-# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo); REDO_STALE=1 every row
+# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo) where the filter below keeps
+# them, and with REDO_ELSEWHERE=NAME (e.g. "NVIDIA H200", as meta.judged_on names GPUs) also where they
+# were judged on a GPU other than NAME, on a call whose GPU is NAME (else it stops before the audit);
+# SHARD must name their shards. REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
 # line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO: those journalled in
 # the shard and not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
@@ -67,18 +70,25 @@ redo=${redo%,}
 if [ -n "$redo" ]; then
   redo=$(python3 - "$redo" "$OUT"/audit_shard_*.sqlite <<'PY'
 import json, os, sqlite3, sys
-from kverify.check import RULES
+from kverify.check import RULES, judged_on
+# REDO_ELSEWHERE=NAME: also rows judged on a GPU other than NAME (meta.judged_on; rows without the
+# record are not), on a call whose GPU is NAME (else no audit): judged there, the same command
+# repeated, on any GPU, judges them no third time
+here = os.environ.get("REDO_ELSEWHERE") or None
+if here and judged_on("cuda") != here:
+    sys.exit(f"REDO_ELSEWHERE={here}: this call's GPU is {judged_on('cuda')}: no audit")
 old = set()
 for path in filter(os.path.exists, sys.argv[2:]):  # a shard not begun has no journal (and the glob stays literal)
     db = sqlite3.connect(path)
     for kid, report in db.execute("SELECT id, report FROM kernels"):
-        if not report or (json.loads(report).get("meta") or {}).get("rules") != RULES:
+        meta = (json.loads(report).get("meta") or {}) if report else {}
+        if not report or meta.get("rules") != RULES or (here and meta.get("judged_on") not in (None, here)):
             old.add(kid)
     old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%' "
                                      "OR summary LIKE '%ran out of memory while%'")}
 print(",".join(i for i in sys.argv[1].split(",") if i and i in old))
 PY
-)
+) || { kill "$sampler" 2>/dev/null; exit 2; }  # the filter said why (REDO_ELSEWHERE on another GPU)
 fi
 if [ -n "${END:-}" ]; then
   left=$(( END - 70 - $(date +%s) ))

@@ -102,12 +102,21 @@ def _compile(cmd, src, tmp_path, tag):
 @pytest.mark.skipif(nvcc is None, reason="needs nvcc")
 def test_a_trace_file_it_cannot_write_changes_nothing(tmp_path, monkeypatch):
     """KVERIFY_PNVCC_TRACE names a file in a folder that does not exist: the build is the lanes'
-    all the same (no step counted as failed, no fall back to nvcc, no traceback)."""
+    all the same (no step counted as failed, no fall back to nvcc, no traceback). Without a trace,
+    the fallback shows in nvcc's calls: the lanes call it only with -dryrun (KVERIFY_REAL_NVCC, a
+    wrapper here that logs its arguments), the fallback without."""
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
+    calls = tmp_path / "nvcc_calls.txt"
+    wrapper = tmp_path / "nvcc_wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\nprintf \'%s\\n\' "$*" >> "{calls}"\nexec "{nvcc}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("KVERIFY_REAL_NVCC", str(wrapper))
     monkeypatch.setenv("KVERIFY_PNVCC_TRACE", str(tmp_path / "no" / "such" / "trace.txt"))
     r, obj, _ = _compile([sys.executable, str(pnvcc.__file__)], src, tmp_path, "ours")
     assert r.returncode == 0 and obj.exists() and "Traceback" not in r.stderr, r.stderr
+    made = calls.read_text().splitlines()
+    assert len(made) == 1 and " -dryrun " in f" {made[0]} ", made  # nvcc listed the steps, ran none
 
 
 @pytest.mark.skipif(nvcc is None, reason="needs nvcc")
