@@ -12,12 +12,13 @@
 # booked for a whole GPU, which on one GPU wait until no other row is left and so never start in a
 # short call beside the others.
 # REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo) where the filter below keeps
-# them, and with REDO_ELSEWHERE=NAME (e.g. "NVIDIA H200", as meta.judged_on names GPUs) also where they
-# were judged on a GPU other than NAME, on a call whose GPU is NAME (else it stops before the audit);
-# SHARD must name their shards. REDO_STALE=1 every row
+# them (the log says which it drops and why; an id journalled in none of SHARD's shards stops the call
+# before the audit). REDO_ELSEWHERE=NAME (e.g. "NVIDIA H200", as the report's "Judged on" names GPUs):
+# every row of the shards (of IDS, if given) judged on another GPU than NAME (kverify audit
+# --redo-elsewhere; refused on a call whose GPU is not NAME). REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
-# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO: those journalled in
-# the shard and not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
+# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO, through the same filter:
+# those not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
 # without a report, e.g. COMPILE_ERROR, always).
 # The audit log (progress, per-row failures) and a tail of it come back, and in logs.tgz the build
 # and controls logs, CPU samples and the Python stacks of the checks still in flight when the time
@@ -56,46 +57,70 @@ t_audit=$(date +%s)
 : > "$OUT/audit.log"
 # every shard's journal resumes from results/audit/shards/ if there; the rows to judge again are
 # REDO's and each shard's line of REDO_FILE (fields after the shard joined; spaces after commas,
-# CR, BOM dropped), kept only where journalled and not judged by this kverify's rules yet or with
-# a gate record that is a kverify fault (a row judged again without one is not judged a third
-# time; one forgotten by a run that stopped before it is pending already and goes first anyway)
+# CR, BOM dropped), kept only where not judged by this kverify's rules yet or with a gate record
+# that is a kverify fault (a row judged again without one is not judged a third time; one forgotten
+# by a run that stopped before it is pending already and goes first anyway); the log names each id
+# dropped, and an id journalled in none of the shards, or a REDO that leaves nothing to do, stops
+# the call before the audit
 redo=${REDO:-}
+journals=()  # the named shards' journals (only those: $OUT may hold others)
 for shard in ${SHARD//,/ }; do
   J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
+  journals+=("$J")
   [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
   [ -n "${REDO_FILE:-}" ] && redo="$redo${redo:+,}$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, "")} $1 == s {ids = ""
       for (i = 2; i <= NF; i++) ids = ids $i; sub(/\r$/, "", ids); printf "%s%s", sep, ids; sep = ","}' "$REDO_FILE")"
 done
 redo=${redo%,}
 if [ -n "$redo" ]; then
-  redo=$(python3 - "$redo" "$OUT"/audit_shard_*.sqlite <<'PY'
+  redo=$(python3 - "$redo" "$SHARD" "${journals[@]}" 2> "$LOG_DIR/redo_filter.txt" <<'PY'
 import json, os, sqlite3, sys
-from kverify.check import RULES, judged_on
-# REDO_ELSEWHERE=NAME: also rows judged on a GPU other than NAME (meta.judged_on; rows without the
-# record are not), on a call whose GPU is NAME (else no audit): judged there, the same command
-# repeated, on any GPU, judges them no third time
-here = os.environ.get("REDO_ELSEWHERE") or None
-if here and judged_on("cuda") != here:
-    sys.exit(f"REDO_ELSEWHERE={here}: this call's GPU is {judged_on('cuda')}: no audit")
-old = set()
-for path in filter(os.path.exists, sys.argv[2:]):  # a shard not begun has no journal (and the glob stays literal)
+from kverify.check import RULES
+old, known, pending, where = set(), set(), set(), {}
+for path in filter(os.path.exists, sys.argv[3:]):  # a shard not begun has no journal
     db = sqlite3.connect(path)
     for kid, report in db.execute("SELECT id, report FROM kernels"):
+        known.add(kid)
         meta = (json.loads(report).get("meta") or {}) if report else {}
-        if not report or meta.get("rules") != RULES or (here and meta.get("judged_on") not in (None, here)):
+        where[kid] = meta.get("judged_on")
+        if not report or meta.get("rules") != RULES:
             old.add(kid)
     old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%' "
                                      "OR summary LIKE '%ran out of memory while%'")}
-print(",".join(i for i in sys.argv[1].split(",") if i and i in old))
+    pending |= {r[0] for r in db.execute("SELECT id FROM forgotten")}
+named = list(dict.fromkeys(i.strip() for i in sys.argv[1].split(",") if i.strip()))
+pending -= known
+unknown = [i for i in named if i not in known and i not in pending]
+for i in named:  # every id dropped, and why: a misspelt id must not pass for a row judged already
+    if i in pending:
+        print(f"REDO: {i}: taken out by an earlier --redo and not judged since: checked first anyway", file=sys.stderr)
+    elif i in known and i not in old:
+        there, got = os.environ.get("REDO_ELSEWHERE"), where[i]
+        print(f"REDO: {i}: judged by these rules already on {got or 'a machine not recorded'}, with no kverify "
+              "fault: not in --redo" + (f"; --redo-elsewhere {there} takes it" if there and got and got != there
+                                         else "" if there else "; REDO_ELSEWHERE=GPU judges again rows judged on "
+                                         "another GPU"), file=sys.stderr)
+if unknown:
+    sys.exit(f"REDO: {', '.join(unknown)}: journalled in none of the shards {sys.argv[2]} "
+             "(the full id, as the report names it, and its shard): no audit")
+kept = [i for i in named if i in old]
+if (not kept and not pending and os.environ.get("REDO") and not os.environ.get("REDO_FILE")
+        and not os.environ.get("REDO_ELSEWHERE") and not os.environ.get("REDO_STALE")):
+    sys.exit("REDO: nothing of it to judge again (above): no audit (without REDO the call goes on with the "
+             "shards' rows not journalled yet)")
+print(",".join(kept))
 PY
-) || { kill "$sampler" 2>/dev/null; exit 2; }  # the filter said why (REDO_ELSEWHERE on another GPU)
+)
+  rc=$?
+  tee -a "$OUT/audit.log" < "$LOG_DIR/redo_filter.txt" >&2
+  [ "$rc" = 0 ] || { kill "$sampler" 2>/dev/null; exit 2; }  # the filter said why
 fi
 if [ -n "${END:-}" ]; then
   left=$(( END - 70 - $(date +%s) ))
 else
   left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
 fi
-echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}" >> "$OUT/audit.log"
+echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}${REDO_ELSEWHERE:+, and every row${IDS:+ of IDS} judged elsewhere than $REDO_ELSEWHERE}" >> "$OUT/audit.log"
 [ "$left" -ge 60 ] || { echo "only $left s left for the audit after the setup ($([ -n "${END:-}" ] && echo "END less 70 s" || echo "AUDIT_S")): no audit"; kill "$sampler" 2>/dev/null; exit 2; }
 # one scheduler over all the shards, each row journalled in its shard's journal ({shard}): the next
 # shard's rows keep the GPUs busy while one shard's last rows end. --time-limit: the audit starts
@@ -106,8 +131,9 @@ ids=()
 for id in ${IDS:+${IDS//,/ }}; do ids+=(--id "$id"); done
 timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl \
   --journal "$OUT/audit_shard_{shard}.sqlite" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1
-echo "audit of shards $SHARD rc=$? after $(( $(date +%s) - t0 )) s"
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${REDO_ELSEWHERE:+--redo-elsewhere "$REDO_ELSEWHERE"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1
+audit_rc=$?
+echo "audit of shards $SHARD rc=$audit_rc after $(( $(date +%s) - t0 )) s"
 python3 - "$OUT"/audit_shard_*.sqlite <<'PY'
 import os, sqlite3, statistics, sys
 for path in filter(os.path.exists, sys.argv[1:]):  # none made (the audit failed first): the glob stays literal
@@ -152,3 +178,4 @@ print(f"host memory: {text.count('host memory:')} wait(s);",
 PY
 tail -c 600 "$OUT/audit.log"
 echo "total: $(( $(date +%s) - t0 )) s"
+[ "$audit_rc" != 2 ] || exit 2  # the audit refused its arguments (its log says why)

@@ -814,6 +814,67 @@ def test_stale_rows_are_those_judged_by_other_rules(tmp_path):
 
 
 
+def test_redo_elsewhere_judges_again_the_rows_judged_on_another_machine_and_only_on_the_named_one(corpus, tmp_path):
+    """Journal.judged_elsewhere / kverify audit --redo-elsewhere GPU (the H100 rows of stop 48, to
+    judge on the H200): rows whose report names another machine (meta.judged_on), not rows that
+    do not record one or have no report; a run on another machine than GPU is refused before the
+    journal is touched, and the same command run again judges nothing a third time."""
+    from kverify.audit import run_audit
+    from kverify.errors import UsageError
+
+    j = tmp_path / "j.sqlite"
+    jj = Journal(j)
+
+    def report(meta):
+        return {"standard": {"verdict": "PASS"}, "gates": [], "meta": meta}
+
+    row = {r["id"]: r for r in map(json.loads, corpus.read_text().splitlines())}  # as journalled from it
+    jj.record(row["ex/correct"], report({"judged_on": "NVIDIA H100 80GB HBM3"}), "CLEAN")
+    jj.record(row["ex/g03_fmax"], report({"judged_on": "cpu"}), "BROKEN")
+    jj.record(row["ex/g07_inplace"], report({}), "BROKEN")
+    jj.record(row["ex/broken"], None, "UNJUDGED", "not valid Python")
+    assert jj.judged_elsewhere("cpu") == ["ex/correct"]
+    assert jj.judged_elsewhere("NVIDIA H100 80GB HBM3") == ["ex/g03_fmax"]
+    ids = ["ex/correct", "ex/g03_fmax", "ex/g07_inplace", "ex/broken"]
+    jj.record(row["ex/g08_tail_unwritten"], report({"judged_on": "NVIDIA H100 80GB HBM3"}), "CLEAN")  # not in ids
+    jj.close()
+    with pytest.raises(UsageError, match="--redo-elsewhere 'NVIDIA H200': this run judges on 'cpu'"):
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], ids=ids, redo_elsewhere="NVIDIA H200")
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
+                        "--redo-elsewhere", "NVIDIA H200"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "this run judges on 'cpu'" in r.stderr, r.stderr  # the flag, from the command line
+    with sqlite3.connect(j) as db:  # refused before anything was written
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM forgotten").fetchone() == (0,)
+    for _ in range(2):  # the second run finds nothing judged elsewhere
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], ids=ids, redo_elsewhere="cpu")
+    with sqlite3.connect(j) as db:
+        assert db.execute("SELECT id, why FROM forgotten").fetchall() == [("ex/correct",
+                                                                            "kverify audit --redo-elsewhere cpu")]
+    jj = Journal(j)
+    assert jj.judged_elsewhere("cpu") == ["ex/g08_tail_unwritten"]  # outside the run's rows: left as it was
+    assert jj.report("ex/correct")["meta"]["judged_on"] == "cpu"
+    assert jj.report("ex/g07_inplace")["meta"] == {}  # not recording it: not judged again
+    jj.close()
+
+
+def test_the_machine_a_run_judges_on_is_read_without_cuda(monkeypatch):
+    """kverify.audit.machine_names (--redo-elsewhere's refusal): the models of the GPUs the run
+    uses, from nvidia-smi (index order, as --gpus names them), not from torch in the audit's own
+    process; torch's name only where nvidia-smi cannot tell; "cpu" off CUDA."""
+    import kverify.audit as audit
+    import kverify.check as check
+
+    monkeypatch.setattr(audit, "gpu_names", lambda: ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(check, "judged_on", lambda device: "from torch" if device == "cuda" else device)
+    assert audit.machine_names("cuda", ["1"]) == {"NVIDIA H100 80GB HBM3"}
+    assert audit.machine_names("cuda", None) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert audit.machine_names("cuda", ["GPU-5f1c"]) == {"from torch"}  # a UUID: nvidia-smi's order says nothing
+    assert audit.machine_names("cpu", None) == {"cpu"}
+    monkeypatch.setattr(audit, "gpu_names", lambda: None)
+    assert audit.machine_names("cuda", ["0"]) == {"from torch"}
+
+
 def test_a_report_is_stored_once_and_read_back_whole(tmp_path):
     """kernels.report keeps the report without the gates' evidence (it is in gates.evidence, and
     was stored twice, 5.4 MB for one shard of 117 rows); Journal.report joins them again. A

@@ -799,7 +799,7 @@ print(mw.unmended_ooms())
 
 
 @pytest.mark.gpu
-def test_an_error_caught_inside_a_retried_run_is_not_unmended_on_the_gpu():
+def test_an_error_caught_inside_a_run_that_ended_well_is_not_unmended_on_the_gpu():
     """On a real GPU, with the allocator's observer attached (_watch): a run of retry() that catches
     its own out-of-memory error (as PyTorch's cuDNN convolutions do when a workspace does not fit)
     and ends well leaves unmended_ooms() at 0 though the allocator counted the error; one caught

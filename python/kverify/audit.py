@@ -218,7 +218,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               jobs: int = 1, compile_jobs: int = 0, gates: list[str] | None = None,
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
               redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None,
-              redo_budget: bool = False, redo_stale: bool = False, time_limit: float | None = None) -> int:
+              redo_budget: bool = False, redo_stale: bool = False, time_limit: float | None = None,
+              redo_elsewhere: str | None = None) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -246,7 +247,11 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             (check_row), and the row is journalled, so a run of bounded length always moves on;
             ``redo_budget`` such rows in a longer run to judge them fully.
             ``redo_stale``: every row whose report was judged by older rules than this kverify's
-            (kverify.check.RULES, Journal.stale).
+            (kverify.check.RULES, Journal.stale). ``redo_elsewhere``: the name of this run's GPU
+            (as kverify.check.judged_on gives it, e.g. "NVIDIA H200"; "cpu" on the CPU): every
+            row judged on another one (Journal.judged_elsewhere), e.g. to have a whole audit
+            judged on one GPU model; a run on another machine is refused (it would judge them
+            elsewhere again, and the same command on the named GPU judges them no third time).
         time_limit: seconds this call may take from the start of its first row (None: no limit):
             no row's build or check starts that would not end within it by this run's estimates
             (TimeLimit), and at the limit the rows in flight are ended and logged, not journalled
@@ -270,6 +275,14 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--row-budget must be a positive number of seconds, got {row_budget}")
     if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
         raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    if redo_elsewhere is not None:
+        from kverify.check import resolve_device
+
+        here = sorted(machine_names(resolve_device(device), gpus))
+        if here != [redo_elsewhere]:
+            raise UsageError(f"--redo-elsewhere {redo_elsewhere!r}: this run judges on {' and '.join(map(repr, here))}"
+                             " (as meta.judged_on and the report's 'Judged on' line name machines): give that name "
+                             "exactly, or run on a machine with that GPU")
     opts = {"device": device, "seed": seed, "timeout": timeout, "load_timeout": load_timeout, "gates": gates,
             "budget": row_budget, "threads": cpu_threads(jobs, compile_jobs)}
     shards = parse_shards(shard)
@@ -308,8 +321,8 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             if SHARD_FIELD in str(journal):
                 _own_shard_only(journals[i], path, i, n, place)
         again_of, pending, options = _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults,
-                                                     redo_budget, redo_stale, device, seed, gates, timeout,
-                                                     load_timeout, row_budget, jobs, compile_jobs)
+                                                     redo_budget, redo_stale, redo_elsewhere, device, seed, gates,
+                                                     timeout, load_timeout, row_budget, jobs, compile_jobs)
         _same_rows(journals, paths, corpus, rows, line_of, again_of)
     except UsageError:
         for j in journals.values():
@@ -322,7 +335,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         j.begin_run(options[i])
     again = sorted(x for xs in again_of.values() for x in xs)
     _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
-                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, time_limit)
+                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere, time_limit)
     return 0
 
 
@@ -348,8 +361,8 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
                                          f"; use another journal, or {how}"))
 
 
-def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, device,
-                    seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
+def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere,
+                    device, seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
     """run_audit's checks of every journal before any is written: the rows each run takes out to
     check again (``again_of``, shard -> ids), the pending ones, and each journal's run options.
     Raises UsageError (a --redo id not journalled, options that differ from the journal's)."""
@@ -364,6 +377,7 @@ def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, r
         again |= {x for x in j.faults() if x in mine} if redo_faults else set()
         again |= {x for x in j.budget_cut() if x in mine} if redo_budget else set()
         again |= {x for x in j.stale(RULES) if x in mine} if redo_stale else set()
+        again |= {x for x in j.judged_elsewhere(redo_elsewhere) if x in mine} if redo_elsewhere else set()
         held = j.pending() & mine  # forgotten by an earlier --redo that stopped before them: to do anyway
         again_of[i] = sorted(again - held)
         pending |= held
@@ -381,10 +395,10 @@ def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, r
 
 
 def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
-                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, time_limit) -> None:
+                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere, time_limit) -> None:
     """run_audit once its journals are checked and begun: take the --redo rows out, check every row
     not journalled yet (those to check again first), and record each in its shard's journal."""
-    if redo_stale or redo_faults or redo_budget or redo:
+    if redo_stale or redo_faults or redo_budget or redo_elsewhere or redo:
         Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
                                    markup=False, highlight=False)
     if pending:
@@ -393,7 +407,8 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
     for i, j in journals.items():
         if again_of[i]:
             j.forget(again_of[i], "kverify audit --redo" + ("-faults" if redo_faults else "")
-                     + ("-budget" if redo_budget else "") + ("-stale" if redo_stale else ""))
+                     + ("-budget" if redo_budget else "") + ("-stale" if redo_stale else "")
+                     + (f"-elsewhere {redo_elsewhere}" if redo_elsewhere else ""))
     done = {i: j.done() for i, j in journals.items()}
     todo = [r for r in rows if r["id"] not in done[shard_of[r["id"]]]]
     # the rows to check again first (also those an earlier --redo forgot and did not reach): a run
@@ -692,6 +707,25 @@ def gpu_names() -> list[str] | None:
         return None
     names = [x.strip() for x in r.stdout.splitlines() if x.strip()]
     return names if r.returncode == 0 and names else None
+
+
+def machine_names(device: str, gpus: list[str] | None) -> set[str]:
+    """The names a run's reports will give the machine that judged them (meta.judged_on,
+    kverify.check.judged_on): "cpu" off CUDA; on CUDA the models of ``gpus`` (nvidia-smi indices,
+    as run_audit's ``gpus``; None: every GPU), read with nvidia-smi, which names them as torch
+    does (the journals' runs records: "NVIDIA H200", "NVIDIA H100 80GB HBM3"), so this process
+    does not initialise CUDA; where nvidia-smi cannot tell (or ``gpus`` holds UUIDs), torch's
+    name of the current device."""
+    from kverify.check import judged_on
+
+    if device != "cuda":
+        return {judged_on(device)}
+    names = gpu_names()
+    if names and gpus is None:
+        return set(names)
+    if names and gpus and all(g.isdigit() and int(g) < len(names) for g in gpus):
+        return {names[int(g)] for g in gpus}
+    return {judged_on(device)}
 
 
 def gpu_memory_mib(gpus: list[str]) -> dict[str, tuple[int, int]] | None:

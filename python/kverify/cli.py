@@ -142,7 +142,7 @@ def cmd_audit(a) -> int:
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
                      row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale,
-                     time_limit=a.time_limit)
+                     time_limit=a.time_limit, redo_elsewhere=a.redo_elsewhere)
 
 
 def cmd_merge(a) -> int:
@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--redo-stale", action="store_true",
                     help="check again every row whose report was judged by older rules than this kverify's "
                          "(kverify report counts rows by rules)")
+    au.add_argument("--redo-elsewhere", default=None, metavar="GPU",
+                    help="check again every row judged on another machine than GPU, the name of this run's GPU "
+                         "as the report's 'Judged on' gives it (e.g. 'NVIDIA H200'); refused on another machine")
     _add_common(au)
     au.set_defaults(func=cmd_audit)
     mg = sub.add_parser("merge", help="join shard journals into one")

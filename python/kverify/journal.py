@@ -270,6 +270,22 @@ class Journal:
                 out.append(kid)
         return out
 
+    def judged_elsewhere(self, gpu: str) -> list[str]:
+        """Ids of rows whose report was judged on another machine than ``gpu`` (report
+        meta.judged_on, kverify.check.judged_on: a GPU's name, e.g. "NVIDIA H200", or "cpu"), to
+        judge again on ``gpu`` (``--redo-elsewhere``). Rows whose report does not record it
+        (journalled before it was) and rows without a report (no gate judged them) are not."""
+        out = []
+        for kid, report in self.db.execute("SELECT id, report FROM kernels WHERE report IS NOT NULL AND report != '' "
+                                           "ORDER BY id"):
+            try:
+                got = (json.loads(report).get("meta") or {}).get("judged_on")
+            except (ValueError, AttributeError):
+                got = None
+            if got is not None and got != gpu:
+                out.append(kid)
+        return out
+
     def forget(self, ids: list[str], why: str) -> None:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
         one transaction; their kernel records are kept in the ``forgotten`` table with ``why``. The

@@ -1,0 +1,83 @@
+"""scripts/device_audit.sh's REDO filter and its `kverify audit` command line, run on the CPU with
+no install: a stand-in `python3` writes the audit's arguments to a file in place of the audit
+(every other python3 is this Python). The filter keeps the named rows that the rules or a kverify
+fault say to judge again, says in the log why it drops each other one, and stops the call before
+the audit when a named id is journalled in none of the shards or REDO leaves nothing to do (a
+misspelt or shortened id used to drop silently and leave a device call auditing nothing; stop
+48). REDO_ELSEWHERE goes to `kverify audit --redo-elsewhere` (tested in test_audit.py), and an
+audit that refuses its arguments (exit 2) makes the script's exit 2."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kverify.check import RULES
+from kverify.journal import Journal
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device_audit.sh"
+
+
+def run_script(tmp_path, in_time=False, audit_rc=0, **env):
+    """Run the script in ``tmp_path`` (its results/audit/shards/ holds the journals). ``in_time``:
+    END leaves the audit 130 s, so the stand-in audit runs (exiting ``audit_rc``); else END has
+    passed and the script stops after writing its plan. Returns (exit code, audit.log, stdout +
+    stderr, the audit's arguments or None when it did not run)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    args = tmp_path / "audit_args.txt"
+    args.unlink(missing_ok=True)
+    shim = bin_dir / "python3"  # a script, not a link: a link to a venv's python loses the venv
+    shim.write_text(f'#!/bin/sh\nif [ "$1 $2 $3" = "-m kverify audit" ]; then printf "%s\\n" "$@" > "{args}"; '
+                    f'exit {audit_rc}; fi\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    out = tmp_path / "out"
+    full = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+            "LOG_DIR": str(tmp_path / "logs"), "SKIP_INSTALL": "1", "SAMPLE_S": "1",
+            "END": str(int(time.time()) + (200 if in_time else 0)), **env}
+    r = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=300)
+    log = (out / "audit.log").read_text() if (out / "audit.log").exists() else ""
+    return r.returncode, log, r.stdout + r.stderr, args.read_text().splitlines() if args.exists() else None
+
+
+def test_the_redo_filter_keeps_what_to_judge_again_and_names_every_id_it_drops(tmp_path):
+    shards = tmp_path / "results" / "audit" / "shards"
+    shards.mkdir(parents=True)
+
+    def report(rules):
+        return {"standard": {"verdict": "PASS"}, "gates": [], "meta": {"rules": rules, "judged_on": "NVIDIA H100"}}
+
+    j = Journal(shards / "audit_shard_1-of-2.sqlite")
+    j.record({"id": "a/now"}, report(RULES), "CLEAN")
+    j.record({"id": "a/old"}, report("2026-01-01"), "BROKEN")
+    j.record({"id": "a/gone"}, report(RULES), "CLEAN")
+    j.forget(["a/gone"], "kverify audit --redo")  # an earlier --redo that stopped before it
+    j.close()
+    j = Journal(shards / "audit_shard_0-of-2.sqlite")
+    j.record({"id": "b/now"}, report(RULES), "CLEAN")
+    j.close()
+
+    rc, log, said, args = run_script(tmp_path, SHARD="1/2", REDO=" a/now,a/old ,a/gone")  # spaces: dropped
+    assert rc == 2 and "no audit" in said and args is None  # the time had run out: the plan is written
+    assert "=== shards 1/2" in log and "judging again: a/old\n" in log + "\n"
+    assert "REDO: a/now: judged by these rules already on NVIDIA H100" in log and "REDO_ELSEWHERE=GPU" in log
+    assert "REDO: a/gone: taken out by an earlier --redo" in log
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO="a/now,a/old",
+                                     REDO_ELSEWHERE="NVIDIA H200", IDS="a/now,a/old")
+    assert rc == 0 and args is not None, said + log
+    assert "--redo-elsewhere\nNVIDIA H200" in "\n".join(args) and "--redo\na/old" in "\n".join(args)
+    assert ["--id", "a/now", "--id", "a/old"] == [a for a in args if a in ("--id", "a/now", "a/old")][-4:]
+    assert "every row of IDS judged elsewhere than NVIDIA H200" in log
+    assert "--redo-elsewhere NVIDIA H200 takes it" in log
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, audit_rc=2, SHARD="1/2", REDO_ELSEWHERE="H200")
+    assert rc == 2 and args is not None  # the audit refused its arguments: so does the call
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="0/2", REDO="b/now")
+    assert rc == 2 and args is None and "nothing of it to judge again" in log
+
+    for named, shard in (("now,a/old", "1/2"), ("a/old", "0/2")):  # a shortened id; the right id, another shard
+        rc, log, said, args = run_script(tmp_path, in_time=True, SHARD=shard, REDO=named)
+        assert rc == 2 and args is None and "journalled in none of the shards" in log and "=== shards" not in log
+        assert named.split(",")[0] in log.split("journalled in none")[0]
