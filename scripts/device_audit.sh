@@ -8,7 +8,7 @@
 # nvidia-h200-x2 the checks spread over both GPUs (kverify audit --gpus defaults to every GPU).
 # GPUS=1,2,3 limits the checks to those GPUs (kverify audit --gpus; default every GPU).
 # ROW_BUDGET=S bounds each row's calls (kverify audit --row-budget).
-# IDS=ID[,ID...] checks only those rows of the shards (kverify audit --id, once per id): e.g. the rows
+# IDS=ID[,ID...] (commas between ids) checks only those rows of the shards (kverify audit --id, once per id): e.g. the rows
 # booked for a whole GPU, which on one GPU wait until no other row is left and so never start in a
 # short call beside the others.
 # REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo) where the filter below keeps
@@ -17,7 +17,8 @@
 # every row of the shards (of IDS, if given) judged on another GPU than NAME (kverify audit
 # --redo-elsewhere; refused on a call whose GPU is not NAME). REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
-# line "i/n ID,ID,..." for it (results/audit/redo.txt; # comments), besides REDO, through the same filter:
+# lines "i/n ID,ID,..." for it (or blanks between ids; results/audit/redo.txt; # comments), besides REDO,
+# through the same filter (ids outside IDS, if given, left out):
 # those not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
 # without a report, e.g. COMPILE_ERROR, always).
 # The audit log (progress, per-row failures) and a tail of it come back, and in logs.tgz the build
@@ -37,6 +38,15 @@ source "$(dirname "$0")/device_common.sh"
 trap '[ "$LOG_DIR" = "$OUT" ] || tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . 2>/dev/null' EXIT
 [ -n "${SHARD:-}" ] || { echo "SHARD=i/n[,j/n...] is needed"; exit 2; }
 [ -z "${REDO_FILE:-}" ] || [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
+[ -z "${REDO:-}" ] || [ -n "${REDO//[, ]/}" ] || { echo "REDO=$REDO names no id"; exit 2; }
+# REDO_ELSEWHERE on a machine whose GPUs are named otherwise: stop before the install (kverify audit
+# --redo-elsewhere refuses it too, by the GPUs it uses: GPUS)
+if [ -n "${REDO_ELSEWHERE:-}" ] && [ -z "${GPUS:-}" ] && command -v nvidia-smi > /dev/null; then
+  gpu_models=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) \
+    && gpu_models=$(sed 's/^[[:space:]]*//; s/[[:space:]]*$//; /^$/d' <<< "$gpu_models" | sort -u) || gpu_models=""
+  [ -z "$gpu_models" ] || [ "$gpu_models" = "$REDO_ELSEWHERE" ] || {
+    echo "REDO_ELSEWHERE=$REDO_ELSEWHERE: this machine's GPUs are ${gpu_models//$'\n'/, }: no audit"; exit 2; }
+fi
 [ "${SKIP_INSTALL:-0}" = 1 ] || install_kverify  # SKIP_INSTALL=1: an earlier step of the same call installed it
 if [ "${CONTROLS:-0}" = 1 ]; then
   # CONTROLS_ONLY=g11 (say): only the controls whose name contains it
@@ -56,22 +66,40 @@ export KVERIFY_STACK_DIR=/tmp/kverify-stacks; rm -rf "$KVERIFY_STACK_DIR"; mkdir
 t_audit=$(date +%s)
 : > "$OUT/audit.log"
 # every shard's journal resumes from results/audit/shards/ if there; the rows to judge again are
-# REDO's and each shard's line of REDO_FILE (fields after the shard joined; spaces after commas,
-# CR, BOM dropped), kept only where not judged by this kverify's rules yet or with a gate record
+# REDO's and each shard's lines of REDO_FILE (the fields after the shard, commas or blanks between
+# ids; CR, BOM dropped), those outside IDS (if given) left out, kept only where not judged by this kverify's rules yet or with a gate record
 # that is a kverify fault (a row judged again without one is not judged a third time; one forgotten
 # by a run that stopped before it is pending already and goes first anyway); the log names each id
-# dropped, and an id journalled in none of the shards, or a REDO that leaves nothing to do, stops
-# the call before the audit
+# dropped, and these stop the call before the audit: an id journalled in none of the shards, a REDO
+# id outside IDS, a REDO that leaves nothing to do, no id at all, a named shard with no journal
 redo=${REDO:-}
 journals=()  # the named shards' journals (only those: $OUT may hold others)
+fresh=()  # named shards with no journal to resume: every row of theirs would be judged afresh
+[ -z "${REDO_FILE:-}" ] || awk '{sub(/^\xef\xbb\xbf/, ""); sub(/\r$/, "")} !/^[ \t]*(#|$)/ && $1 !~ /^[0-9]+\/[0-9]+$/ {
+    printf "REDO_FILE %s line %d: not \"i/n ID,ID,...\": ignored\n", FILENAME, NR}' "$REDO_FILE" | tee -a "$OUT/audit.log"
 for shard in ${SHARD//,/ }; do
   J="$OUT/audit_shard_${shard//\//-of-}.sqlite"
   journals+=("$J")
-  [ -f "results/audit/shards/$(basename "$J")" ] && cp "results/audit/shards/$(basename "$J")" "$J"
-  [ -n "${REDO_FILE:-}" ] && redo="$redo${redo:+,}$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, "")} $1 == s {ids = ""
-      for (i = 2; i <= NF; i++) ids = ids $i; sub(/\r$/, "", ids); printf "%s%s", sep, ids; sep = ","}' "$REDO_FILE")"
+  if [ -f "results/audit/shards/$(basename "$J")" ]; then
+    cp "results/audit/shards/$(basename "$J")" "$J"
+  elif [ -f "$J" ]; then
+    echo "shard $shard: resuming $J (left by an earlier step of this call)" | tee -a "$OUT/audit.log"
+  else
+    fresh+=("$shard")
+    echo "shard $shard: no journal at results/audit/shards/$(basename "$J"): every row of it is judged afresh" | tee -a "$OUT/audit.log"
+  fi
+  if [ -n "${REDO_FILE:-}" ]; then  # its ids, the fields after the shard (commas or blanks between them)
+    line=$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, ""); sub(/\r$/, "")} $1 == s {for (i = 2; i <= NF; i++) printf ",%s", $i}' "$REDO_FILE")
+    [ -n "${line//,/}" ] || echo "REDO_FILE $REDO_FILE: no ids for shard $shard" | tee -a "$OUT/audit.log"
+    redo="$redo$line"
+  fi
 done
+redo=${redo#,}
 redo=${redo%,}
+if [ "${#fresh[@]}" -gt 0 ] && [ -n "${REDO:-}${REDO_FILE:-}${REDO_ELSEWHERE:-}${REDO_STALE:-}" ]; then
+  echo "SHARD names shards with no journal (${fresh[*]}) and a REDO option is set: no audit (copy their journals into results/audit/shards/, or name them without REDO*)" | tee -a "$OUT/audit.log"
+  kill "$sampler" 2>/dev/null; exit 2
+fi
 if [ -n "$redo" ]; then
   redo=$(python3 - "$redo" "$SHARD" "${journals[@]}" 2> "$LOG_DIR/redo_filter.txt" <<'PY'
 import json, os, sqlite3, sys
@@ -89,6 +117,15 @@ for path in filter(os.path.exists, sys.argv[3:]):  # a shard not begun has no jo
                                      "OR summary LIKE '%ran out of memory while%'")}
     pending |= {r[0] for r in db.execute("SELECT id FROM forgotten")}
 named = list(dict.fromkeys(i.strip() for i in sys.argv[1].split(",") if i.strip()))
+if not named:
+    sys.exit("REDO and REDO_FILE name no id: no audit")
+only = {i.strip() for i in os.environ.get("IDS", "").split(",") if i.strip()}
+asked = {i.strip() for i in os.environ.get("REDO", "").split(",")}
+if only and {i for i in named if i in asked} - only:  # the audit checks only IDS: it would not judge them
+    sys.exit(f"REDO: {', '.join(i for i in named if i in asked and i not in only)}: not in IDS: no audit")
+for i in [i for i in named if only and i not in only]:  # REDO_FILE's other rows: for other calls
+    print(f"REDO_FILE: {i}: not in IDS: left for another call", file=sys.stderr)
+named = [i for i in named if not only or i in only]
 pending -= known
 unknown = [i for i in named if i not in known and i not in pending]
 for i in named:  # every id dropped, and why: a misspelt id must not pass for a row judged already
@@ -128,7 +165,11 @@ echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}${REDO_ELSEW
 # --foreground: TERM goes to the audit alone (not its process group), which then has its checks
 # write their stacks before it ends them
 ids=()
-for id in ${IDS:+${IDS//,/ }}; do ids+=(--id "$id"); done
+IFS=, read -ra named_ids <<< "${IDS:-}"  # no word splitting or globbing of the ids
+for id in "${named_ids[@]}"; do
+  id="${id#"${id%%[![:space:]]*}"}"; id="${id%"${id##*[![:space:]]}"}"
+  [ -z "$id" ] || ids+=(--id "$id")
+done
 timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl \
   --journal "$OUT/audit_shard_{shard}.sqlite" --shard "$SHARD" \
   --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${REDO_ELSEWHERE:+--redo-elsewhere "$REDO_ELSEWHERE"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1

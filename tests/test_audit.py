@@ -856,6 +856,12 @@ def test_redo_elsewhere_judges_again_the_rows_judged_on_another_machine_and_only
     assert jj.report("ex/correct")["meta"]["judged_on"] == "cpu"
     assert jj.report("ex/g07_inplace")["meta"] == {}  # not recording it: not judged again
     jj.close()
+    # each row taken out is recorded with the options that took it out, not every option of the run
+    run_audit(str(corpus), str(j), device="cpu", gates=["G01"], ids=ids + ["ex/g08_tail_unwritten"],
+              redo=["ex/g03_fmax", "ex/g08_tail_unwritten"], redo_elsewhere="cpu")
+    with sqlite3.connect(j) as db:
+        assert sorted(db.execute("SELECT id, why FROM forgotten").fetchall())[1:] == [
+            ("ex/g03_fmax", "kverify audit --redo"), ("ex/g08_tail_unwritten", "kverify audit --redo --redo-elsewhere cpu")]
 
 
 def test_the_machine_a_run_judges_on_is_read_without_cuda(monkeypatch):

@@ -77,6 +77,28 @@ def test_the_redo_filter_keeps_what_to_judge_again_and_names_every_id_it_drops(t
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="0/2", REDO="b/now")
     assert rc == 2 and args is None and "nothing of it to judge again" in log
 
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO="a/old", IDS="a/now")
+    assert rc == 2 and args is None and "a/old: not in IDS" in log  # the audit would not reach it
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", IDS=" a/now,*")
+    assert rc == 0 and args[-4:] == ["--id", "a/now", "--id", "*"]  # no globbing, blanks trimmed
+
+    for bad in (" ", ", "):
+        rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO=bad)
+        assert rc == 2 and args is None and "names no id" in said
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2,3/4", REDO_ELSEWHERE="NVIDIA H200")
+    assert rc == 2 and args is None and "shard 3/4: no journal" in log and "names shards with no journal (3/4)" in log
+
+    redo_file = tmp_path / "redo.txt"  # blanks between ids, a comment, a line that is not one, no line for 0/2
+    redo_file.write_text("# rows\n1/2 a/old a/now\nnonsense here\n")
+    rc, log, said, args = run_script(tmp_path, SHARD="1/2,0/2", REDO_FILE=str(redo_file))
+    assert "judging again: a/old\n" in log + "\n" and "a/now: judged by these rules already" in log
+    assert "line 3: not" in log and "no ids for shard 0/2" in log and "line 1" not in log and "line 2" not in log
+
+    rc, log, said, args = run_script(tmp_path, SHARD="1/2", REDO_FILE=str(redo_file), IDS="a/now")
+    assert "REDO_FILE: a/old: not in IDS: left for another call" in log and "a/now: judged by these rules" in log
+
     for named, shard in (("now,a/old", "1/2"), ("a/old", "0/2")):  # a shortened id; the right id, another shard
         rc, log, said, args = run_script(tmp_path, in_time=True, SHARD=shard, REDO=named)
         assert rc == 2 and args is None and "journalled in none of the shards" in log and "=== shards" not in log

@@ -364,22 +364,28 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere,
                     device, seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
     """run_audit's checks of every journal before any is written: the rows each run takes out to
-    check again (``again_of``, shard -> ids), the pending ones, and each journal's run options.
+    check again (``again_of``, shard -> {id: the options that take it out, as its ``forgotten.why``}),
+    the pending ones, and each journal's run options.
     Raises UsageError (a --redo id not journalled, options that differ from the journal's)."""
     from kverify.check import RULES, resolve_device
     from kverify.gates import GATES
 
-    again_of: dict[int, list[str]] = {}
+    again_of: dict[int, dict[str, str]] = {}
     pending: set[str] = set()
     for i, j in journals.items():
         mine = {x for x in selected if shard_of[x] == i}
-        again = set(redo or []) & mine
-        again |= {x for x in j.faults() if x in mine} if redo_faults else set()
-        again |= {x for x in j.budget_cut() if x in mine} if redo_budget else set()
-        again |= {x for x in j.stale(RULES) if x in mine} if redo_stale else set()
-        again |= {x for x in j.judged_elsewhere(redo_elsewhere) if x in mine} if redo_elsewhere else set()
+        why: dict[str, list[str]] = {}  # row id -> the options that take it out (its forgotten.why)
+        for flag, ids in (("--redo", redo or []),
+                          ("--redo-faults", j.faults() if redo_faults else []),
+                          ("--redo-budget", j.budget_cut() if redo_budget else []),
+                          ("--redo-stale", j.stale(RULES) if redo_stale else []),
+                          (f"--redo-elsewhere {redo_elsewhere}", j.judged_elsewhere(redo_elsewhere) if redo_elsewhere
+                           else [])):
+            for x in dict.fromkeys(ids):
+                if x in mine:
+                    why.setdefault(x, []).append(flag)
         held = j.pending() & mine  # forgotten by an earlier --redo that stopped before them: to do anyway
-        again_of[i] = sorted(again - held)
+        again_of[i] = {x: "kverify audit " + " ".join(why[x]) for x in sorted(set(why) - held)}
         pending |= held
         missing = sorted(set(again_of[i]) - j.done())
         if missing:
@@ -405,10 +411,8 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
         Console(stderr=True).print(f"{len(pending)} row(s) an earlier --redo took out and did not check again "
                                    "are checked first", soft_wrap=True, markup=False, highlight=False)
     for i, j in journals.items():
-        if again_of[i]:
-            j.forget(again_of[i], "kverify audit --redo" + ("-faults" if redo_faults else "")
-                     + ("-budget" if redo_budget else "") + ("-stale" if redo_stale else "")
-                     + (f"-elsewhere {redo_elsewhere}" if redo_elsewhere else ""))
+        for why in sorted(set(again_of[i].values())):  # each row with the options that took it out
+            j.forget([x for x, w in again_of[i].items() if w == why], why)
     done = {i: j.done() for i, j in journals.items()}
     todo = [r for r in rows if r["id"] not in done[shard_of[r["id"]]]]
     # the rows to check again first (also those an earlier --redo forgot and did not reach): a run

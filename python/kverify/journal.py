@@ -259,32 +259,25 @@ class Journal:
         kverify.check.RULES; a report without it predates them), to judge again
         (``--redo-stale``). Rows journalled without a report (COMPILE_ERROR, a reference that does
         not load) are not stale: no gate judged them."""
-        out = []
-        for kid, report in self.db.execute("SELECT id, report FROM kernels WHERE report IS NOT NULL AND report != '' "
-                                           "ORDER BY id"):
-            try:
-                got = (json.loads(report).get("meta") or {}).get("rules")
-            except (ValueError, AttributeError):
-                got = None
-            if got != rules:
-                out.append(kid)
-        return out
+        return [kid for kid, meta in self._metas() if meta.get("rules") != rules]
 
     def judged_elsewhere(self, gpu: str) -> list[str]:
         """Ids of rows whose report was judged on another machine than ``gpu`` (report
         meta.judged_on, kverify.check.judged_on: a GPU's name, e.g. "NVIDIA H200", or "cpu"), to
         judge again on ``gpu`` (``--redo-elsewhere``). Rows whose report does not record it
         (journalled before it was) and rows without a report (no gate judged them) are not."""
-        out = []
+        return [kid for kid, meta in self._metas() if meta.get("judged_on") not in (None, gpu)]
+
+    def _metas(self):
+        """(id, report ``meta`` dict) of each row journalled with a report, by id; a report that is
+        not JSON or has no meta dict gives {}."""
         for kid, report in self.db.execute("SELECT id, report FROM kernels WHERE report IS NOT NULL AND report != '' "
                                            "ORDER BY id"):
             try:
-                got = (json.loads(report).get("meta") or {}).get("judged_on")
+                meta = json.loads(report).get("meta")
             except (ValueError, AttributeError):
-                got = None
-            if got is not None and got != gpu:
-                out.append(kid)
-        return out
+                meta = None
+            yield kid, meta if isinstance(meta, dict) else {}
 
     def forget(self, ids: list[str], why: str) -> None:
         """Take the records of ``ids`` out of the journal, so the next audit checks them again, in
