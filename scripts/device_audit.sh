@@ -11,16 +11,14 @@
 # IDS=ID[,ID...] (commas between ids) checks only those rows of the shards (kverify audit --id, once per id): e.g. the rows
 # booked for a whole GPU, which on one GPU wait until no other row is left and so never start in a
 # short call beside the others.
-# REDO=ID[,ID...] checks those journalled rows again (kverify audit --redo) where the filter below keeps
-# them (the log says which it drops and why; an id journalled in none of SHARD's shards stops the call
-# before the audit). REDO_ELSEWHERE=NAME (e.g. "NVIDIA H200", as the report's "Judged on" names GPUs):
+# REDO=ID[,ID...] checks those journalled rows again where that could change them (kverify audit
+# --redo-if-needed: the log says which it leaves and why; an id journalled in none of SHARD's shards
+# makes the audit refuse, exit 2). REDO_ELSEWHERE=NAME (e.g. "NVIDIA H200", as the report's "Judged on" names GPUs):
 # every row of the shards (of IDS, if given) judged on another GPU than NAME (kverify audit
 # --redo-elsewhere; refused on a call whose GPU is not NAME). REDO_STALE=1 every row
 # judged by older rules (kverify audit --redo-stale). REDO_FILE=F: each shard's rows to check again from F's
 # lines "i/n ID,ID,..." for it (or blanks between ids; results/audit/redo.txt; # comments), besides REDO,
-# through the same filter (ids outside IDS, if given, left out):
-# those not yet judged by this kverify's rules or with a gate record that is a kverify fault (rows
-# without a report, e.g. COMPILE_ERROR, always).
+# the same way (ids outside IDS, if given, left for another call).
 # The audit log (progress, per-row failures) and a tail of it come back, and in logs.tgz the build
 # and controls logs, CPU samples and the Python stacks of the checks still in flight when the time
 # ran out (stacks.tgz: where slow rows spend their time).
@@ -67,12 +65,14 @@ t_audit=$(date +%s)
 : > "$OUT/audit.log"
 # every shard's journal resumes from results/audit/shards/ if there; the rows to judge again are
 # REDO's and each shard's lines of REDO_FILE (the fields after the shard, commas or blanks between
-# ids; CR, BOM dropped), those outside IDS (if given) left out, kept only where not judged by this kverify's rules yet or with a gate record
-# that is a kverify fault (a row judged again without one is not judged a third time; one forgotten
-# by a run that stopped before it is pending already and goes first anyway); the log names each id
-# dropped, and these stop the call before the audit: an id journalled in none of the shards, a REDO
-# id outside IDS, a REDO that leaves nothing to do, no id at all, a named shard with no journal
+# ids; CR, BOM dropped; those outside IDS, if given, left for another call), passed to kverify audit
+# --redo-if-needed, which judges again only those not judged by this kverify's rules yet or with a
+# gate record that is a fault of kverify's or the GPU's (rows without a report, e.g. COMPILE_ERROR,
+# always), names each other one in the log with why, and refuses (exit 2, before any row) an id
+# journalled in none of the shards or outside IDS (naming the shard that holds it). Stopped here:
+# a REDO that names no id, a named shard with no journal under a REDO option.
 redo=${REDO:-}
+file_ids=""  # REDO_FILE's ids for the named shards
 journals=()  # the named shards' journals (only those: $OUT may hold others)
 fresh=()  # named shards with no journal to resume: every row of theirs would be judged afresh
 [ -z "${REDO_FILE:-}" ] || awk '{sub(/^\xef\xbb\xbf/, ""); sub(/\r$/, "")} !/^[ \t]*(#|$)/ && $1 !~ /^[0-9]+\/[0-9]+$/ {
@@ -91,73 +91,29 @@ for shard in ${SHARD//,/ }; do
   if [ -n "${REDO_FILE:-}" ]; then  # its ids, the fields after the shard (commas or blanks between them)
     line=$(awk -v s="$shard" '{sub(/^\xef\xbb\xbf/, ""); sub(/\r$/, "")} $1 == s {for (i = 2; i <= NF; i++) printf ",%s", $i}' "$REDO_FILE")
     [ -n "${line//,/}" ] || echo "REDO_FILE $REDO_FILE: no ids for shard $shard" | tee -a "$OUT/audit.log"
-    redo="$redo$line"
+    file_ids="$file_ids$line"
   fi
 done
-redo=${redo#,}
-redo=${redo%,}
+if [ -n "${IDS:-}" ]; then  # REDO_FILE's rows outside IDS: for other calls (a REDO id outside IDS: the audit refuses)
+  IFS=, read -ra listed <<< "$file_ids"
+  file_ids=""
+  for id in "${listed[@]}"; do
+    [ -n "$id" ] || continue
+    if [[ ",${IDS//[[:space:]]/}," == *",$id,"* ]]; then file_ids="$file_ids,$id"
+    else echo "REDO_FILE: $id: not in IDS: left for another call" | tee -a "$OUT/audit.log"; fi
+  done
+fi
+redo=$(sed 's/[[:space:]][[:space:]]*/,/g; s/,,*/,/g; s/^,//; s/,$//' <<< "$redo$file_ids")  # blanks too part ids
 if [ "${#fresh[@]}" -gt 0 ] && [ -n "${REDO:-}${REDO_FILE:-}${REDO_ELSEWHERE:-}${REDO_STALE:-}" ]; then
   echo "SHARD names shards with no journal (${fresh[*]}) and a REDO option is set: no audit (copy their journals into results/audit/shards/, or name them without REDO*)" | tee -a "$OUT/audit.log"
   kill "$sampler" 2>/dev/null; exit 2
 fi
-if [ -n "$redo" ]; then
-  redo=$(python3 - "$redo" "$SHARD" "${journals[@]}" 2> "$LOG_DIR/redo_filter.txt" <<'PY'
-import json, os, sqlite3, sys
-from kverify.check import RULES
-old, known, pending, where = set(), set(), set(), {}
-for path in filter(os.path.exists, sys.argv[3:]):  # a shard not begun has no journal
-    db = sqlite3.connect(path)
-    for kid, report in db.execute("SELECT id, report FROM kernels"):
-        known.add(kid)
-        meta = (json.loads(report).get("meta") or {}) if report else {}
-        where[kid] = meta.get("judged_on")
-        if not report or meta.get("rules") != RULES:
-            old.add(kid)
-    old |= {r[0] for r in db.execute("SELECT kernel_id FROM gates WHERE summary LIKE '%kverify fault%' "
-                                     "OR summary LIKE '%ran out of memory while%'")}
-    pending |= {r[0] for r in db.execute("SELECT id FROM forgotten")}
-named = list(dict.fromkeys(i.strip() for i in sys.argv[1].split(",") if i.strip()))
-if not named:
-    sys.exit("REDO and REDO_FILE name no id: no audit")
-only = {i.strip() for i in os.environ.get("IDS", "").split(",") if i.strip()}
-asked = {i.strip() for i in os.environ.get("REDO", "").split(",")}
-if only and {i for i in named if i in asked} - only:  # the audit checks only IDS: it would not judge them
-    sys.exit(f"REDO: {', '.join(i for i in named if i in asked and i not in only)}: not in IDS: no audit")
-for i in [i for i in named if only and i not in only]:  # REDO_FILE's other rows: for other calls
-    print(f"REDO_FILE: {i}: not in IDS: left for another call", file=sys.stderr)
-named = [i for i in named if not only or i in only]
-pending -= known
-unknown = [i for i in named if i not in known and i not in pending]
-for i in named:  # every id dropped, and why: a misspelt id must not pass for a row judged already
-    if i in pending:
-        print(f"REDO: {i}: taken out by an earlier --redo and not judged since: checked first anyway", file=sys.stderr)
-    elif i in known and i not in old:
-        there, got = os.environ.get("REDO_ELSEWHERE"), where[i]
-        print(f"REDO: {i}: judged by these rules already on {got or 'a machine not recorded'}, with no kverify "
-              "fault: not in --redo" + (f"; --redo-elsewhere {there} takes it" if there and got and got != there
-                                         else "" if there else "; REDO_ELSEWHERE=GPU judges again rows judged on "
-                                         "another GPU"), file=sys.stderr)
-if unknown:
-    sys.exit(f"REDO: {', '.join(unknown)}: journalled in none of the shards {sys.argv[2]} "
-             "(the full id, as the report names it, and its shard): no audit")
-kept = [i for i in named if i in old]
-if (not kept and not pending and os.environ.get("REDO") and not os.environ.get("REDO_FILE")
-        and not os.environ.get("REDO_ELSEWHERE") and not os.environ.get("REDO_STALE")):
-    sys.exit("REDO: nothing of it to judge again (above): no audit (without REDO the call goes on with the "
-             "shards' rows not journalled yet)")
-print(",".join(kept))
-PY
-)
-  rc=$?
-  tee -a "$OUT/audit.log" < "$LOG_DIR/redo_filter.txt" >&2
-  [ "$rc" = 0 ] || { kill "$sampler" 2>/dev/null; exit 2; }  # the filter said why
-fi
 if [ -n "${END:-}" ]; then
   left=$(( END - 70 - $(date +%s) ))
 else
-  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))  # after the filter (it imports torch)
+  left=$(( ${AUDIT_S:-300} - ($(date +%s) - t_audit) ))
 fi
-echo "=== shards $SHARD, $left s left${redo:+, judging again: $redo}${REDO_ELSEWHERE:+, and every row${IDS:+ of IDS} judged elsewhere than $REDO_ELSEWHERE}" >> "$OUT/audit.log"
+echo "=== shards $SHARD, $left s left${redo:+, judging again where needed: $redo}${REDO_ELSEWHERE:+, and every row${IDS:+ of IDS} judged elsewhere than $REDO_ELSEWHERE}" >> "$OUT/audit.log"
 [ "$left" -ge 60 ] || { echo "only $left s left for the audit after the setup ($([ -n "${END:-}" ] && echo "END less 70 s" || echo "AUDIT_S")): no audit"; kill "$sampler" 2>/dev/null; exit 2; }
 # one scheduler over all the shards, each row journalled in its shard's journal ({shard}): the next
 # shard's rows keep the GPUs busy while one shard's last rows end. --time-limit: the audit starts
@@ -172,12 +128,13 @@ for id in "${named_ids[@]}"; do
 done
 timeout --foreground -k 30 -s TERM "$(( left + 20 ))" python3 -m kverify audit --time-limit "$left" .corpus/accepted_kernels.jsonl \
   --journal "$OUT/audit_shard_{shard}.sqlite" --shard "$SHARD" \
-  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo "$redo"} ${REDO_STALE:+--redo-stale} ${REDO_ELSEWHERE:+--redo-elsewhere "$REDO_ELSEWHERE"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1
+  --device cuda --jobs "${JOBS:-8}" --compile-jobs "${COMPILE_JOBS:-10}" --gpu-gib "${GPU_GIB:-8}" ${GPUS:+--gpus "$GPUS"} ${redo:+--redo-if-needed "$redo"} ${REDO_STALE:+--redo-stale} ${REDO_ELSEWHERE:+--redo-elsewhere "$REDO_ELSEWHERE"} ${ROW_BUDGET:+--row-budget "$ROW_BUDGET"} "${ids[@]}" >> "$OUT/audit.log" 2>&1
 audit_rc=$?
 echo "audit of shards $SHARD rc=$audit_rc after $(( $(date +%s) - t0 )) s"
-python3 - "$OUT"/audit_shard_*.sqlite <<'PY'
+[ "$audit_rc" != 2 ] || echo "(exit 2: the audit refused its arguments, or stopped on an error: its log says which; the journals as they are:)"
+python3 - "${journals[@]}" <<'PY'  # (its connection, the last, checkpoints each WAL)
 import os, sqlite3, statistics, sys
-for path in filter(os.path.exists, sys.argv[1:]):  # none made (the audit failed first): the glob stays literal
+for path in filter(os.path.exists, sys.argv[1:]):  # a shard the audit did not begin has none
     db = sqlite3.connect(path)  # closing the last connection also checkpoints the WAL
     secs = [r[0] for r in db.execute("select seconds from kernels")]
     print(path.rsplit("/", 1)[-1], len(secs), "kernels:", dict(db.execute("select class, count(*) from kernels group by class").fetchall()),

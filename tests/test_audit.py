@@ -348,6 +348,12 @@ def test_a_repeated_id_and_a_redo_outside_the_run_are_usage_errors(corpus, whole
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
                         "--shard", "1/2", "--redo", "ex/correct"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "ex/correct" in r.stderr and "not among the rows" in r.stderr, r.stderr
+    assert "'ex/correct' is in shard 0/2" in r.stderr  # where the row is (stop 49's fresh user)
+    r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
+                        "--shard", "1/2", "--redo-if-needed", "ex/g03_fmax", "--redo-if-needed", "ex/correct,ex/nowhere"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--redo-if-needed 'ex/correct', 'ex/nowhere': not among the rows" in r.stderr, r.stderr
+    assert "'ex/correct' is in shard 0/2; 'ex/nowhere' is no row of the corpus" in r.stderr
     assert Journal(j).rows() == before
 
 
@@ -864,21 +870,87 @@ def test_redo_elsewhere_judges_again_the_rows_judged_on_another_machine_and_only
             ("ex/g03_fmax", "kverify audit --redo"), ("ex/g08_tail_unwritten", "kverify audit --redo --redo-elsewhere cpu")]
 
 
-def test_the_machine_a_run_judges_on_is_read_without_cuda(monkeypatch):
+def test_redo_if_needed_judges_again_only_the_rows_it_could_change_and_names_the_others(corpus, tmp_path, capsys):
+    """Journal.needs_redo / kverify audit --redo-if-needed (device_audit.sh's REDO, once a filter
+    of its own): of the named journalled rows, those with no report, judged by older rules, or
+    with a gate record that is kverify's or the GPU's fault ("ran out of memory while") are judged
+    again; each other one is named on stderr with why and left as it is; a row an earlier --redo
+    took out and did not reach is judged anyway; an id not journalled, or outside the run's rows,
+    is refused before anything is written."""
+    from kverify.audit import run_audit
+    from kverify.check import RULES
+    from kverify.errors import UsageError
+
+    def report(rules, summary="ok"):
+        return {"standard": {"verdict": "PASS"}, "meta": {"rules": rules, "judged_on": "NVIDIA H100 80GB HBM3"},
+                "gates": [{"gate": "G05", "verdict": "ERROR" if summary != "ok" else "PASS", "summary": summary,
+                           "bound_ratio": 0.0, "tolerance_free": False, "evidence": {}}]}
+
+    row = {r["id"]: r for r in map(json.loads, corpus.read_text().splitlines())}
+    j = tmp_path / "j.sqlite"
+    jj = Journal(j)
+    jj.record(row["ex/correct"], report(RULES), "CLEAN")
+    jj.record(row["ex/g03_fmax"], report("2026-01-01"), "BROKEN")
+    jj.record(row["ex/broken"], None, "UNJUDGED", "not valid Python")
+    jj.record(row["ex/g07_inplace"], report(RULES, "not established: ran out of memory while running G05"), "UNJUDGED")
+    every = ["ex/g07_inplace", "ex/correct", "ex/g03_fmax", "ex/broken", "ex/g08_tail_unwritten"]
+    assert jj.needs_redo(every + ["ex/g03_fmax"], RULES) == (
+        ["ex/g07_inplace", "ex/g03_fmax", "ex/broken"],
+        {"ex/correct": "judged by these rules already on NVIDIA H100 80GB HBM3, with no kverify fault"})
+    jj.close()
+    with pytest.raises(UsageError, match="--redo-if-needed: no journalled row has the id.s. ex/g08_tail_unwritten"):
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], redo_if_needed=every)
+    with pytest.raises(UsageError, match="'ex/correct' is not an --id of it"):
+        run_audit(str(corpus), str(j), device="cpu", gates=["G01"], ids=["ex/broken"], redo_if_needed=every[:2])
+    with sqlite3.connect(j) as db:  # refused before anything was written
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+    jj = Journal(j)
+    jj.record(row["ex/g08_tail_unwritten"], report(RULES), "CLEAN")
+    jj.forget(["ex/g08_tail_unwritten"], "kverify audit --redo")  # a run that stopped before it
+    jj.close()
+    capsys.readouterr()
+    run_audit(str(corpus), str(j), device="cpu", gates=["G01"], redo_if_needed=every)
+    said = capsys.readouterr().err
+    assert ("--redo-if-needed: 'ex/correct': judged by these rules already on NVIDIA H100 80GB HBM3, with no kverify "
+            "fault: not judged again") in said and "checking again 3 journalled row(s)" in said
+    assert "--redo-if-needed: 'ex/g08_tail_unwritten': taken out by an earlier --redo and not judged since" in said
+    with sqlite3.connect(j) as db:
+        assert sorted(db.execute("SELECT id, why FROM forgotten").fetchall()) == [
+            ("ex/broken", "kverify audit --redo-if-needed"), ("ex/g03_fmax", "kverify audit --redo-if-needed"),
+            ("ex/g07_inplace", "kverify audit --redo-if-needed"), ("ex/g08_tail_unwritten", "kverify audit --redo")]
+    jj = Journal(j)
+    assert jj.report("ex/correct")["meta"]["judged_on"] == "NVIDIA H100 80GB HBM3"  # left as it was
+    assert jj.report("ex/g03_fmax")["meta"]["rules"] == RULES and len(jj.done()) == 5
+    assert jj.needs_redo(every, RULES)[0] == ["ex/broken"]  # judged again: only the row with no report is left
+    jj.close()
+    # a row it leaves that another option takes out is said to be judged again (not "not judged again")
+    run_audit(str(corpus), str(j), device="cpu", gates=["G01"], redo_if_needed=["ex/correct"], redo_elsewhere="cpu")
+    said = capsys.readouterr().err
+    assert ("'ex/correct': judged by these rules already on NVIDIA H100 80GB HBM3, with no kverify fault: judged "
+            "again, as kverify audit --redo-elsewhere cpu takes it out") in said and "not judged again" not in said
+
+
+def test_the_machine_a_run_judges_on_is_read_without_cuda(monkeypatch, corpus, tmp_path):
     """kverify.audit.machine_names (--redo-elsewhere's refusal): the models of the GPUs the run
     uses, from nvidia-smi (index order, as --gpus names them), not from torch in the audit's own
     process; torch's name only where nvidia-smi cannot tell; "cpu" off CUDA."""
     import kverify.audit as audit
     import kverify.check as check
 
-    monkeypatch.setattr(audit, "gpu_names", lambda: ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+    names = ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]  # nvidia-smi's, gpu_names()
     monkeypatch.setattr(check, "judged_on", lambda device: "from torch" if device == "cuda" else device)
-    assert audit.machine_names("cuda", ["1"]) == {"NVIDIA H100 80GB HBM3"}
-    assert audit.machine_names("cuda", None) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
-    assert audit.machine_names("cuda", ["GPU-5f1c"]) == {"from torch"}  # a UUID: nvidia-smi's order says nothing
-    assert audit.machine_names("cpu", None) == {"cpu"}
-    monkeypatch.setattr(audit, "gpu_names", lambda: None)
-    assert audit.machine_names("cuda", ["0"]) == {"from torch"}
+    assert audit.machine_names("cuda", ["1"], names) == {"NVIDIA H100 80GB HBM3"}
+    assert audit.machine_names("cuda", None, names) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert audit.machine_names("cuda", ["GPU-5f1c"], names) == {"from torch"}  # a UUID: the order says nothing
+    assert audit.machine_names("cpu", None, None) == {"cpu"}
+    assert audit.machine_names("cuda", ["0"], None) == {"from torch"}  # nvidia-smi could not tell
+    asked = []  # a run asks nvidia-smi once, for its runs records and --redo-elsewhere's check alike
+    monkeypatch.setattr(audit, "gpu_names", lambda: asked.append(1) or ["NVIDIA H200"])
+    monkeypatch.setattr(audit, "_same_rows", lambda *a: (_ for _ in ()).throw(audit.UsageError("stop here")))
+    monkeypatch.setattr(check, "resolve_device", lambda device: device)
+    with pytest.raises(audit.UsageError, match="stop here"):
+        audit.run_audit(str(corpus), str(tmp_path / "j.sqlite"), device="cuda", redo_elsewhere="NVIDIA H200")
+    assert asked == [1]
 
 
 def test_a_report_is_stored_once_and_read_back_whole(tmp_path):

@@ -1,11 +1,11 @@
-"""scripts/device_audit.sh's REDO filter and its `kverify audit` command line, run on the CPU with
-no install: a stand-in `python3` writes the audit's arguments to a file in place of the audit
-(every other python3 is this Python). The filter keeps the named rows that the rules or a kverify
-fault say to judge again, says in the log why it drops each other one, and stops the call before
-the audit when a named id is journalled in none of the shards or REDO leaves nothing to do (a
-misspelt or shortened id used to drop silently and leave a device call auditing nothing; stop
-48). REDO_ELSEWHERE goes to `kverify audit --redo-elsewhere` (tested in test_audit.py), and an
-audit that refuses its arguments (exit 2) makes the script's exit 2."""
+"""scripts/device_audit.sh's REDO handling and its `kverify audit` command line, run on the CPU
+with no install: a stand-in `python3` writes the audit's arguments to a file in place of the audit
+(every other python3 is this Python). REDO's and REDO_FILE's ids go to `kverify audit
+--redo-if-needed` (which rows it judges again, and the ids it refuses, are tested in test_audit.py;
+the script's own filter of stop 49 re-implemented them), REDO_FILE's ids outside IDS are left for
+another call, REDO_ELSEWHERE goes to `--redo-elsewhere`, a call with no id or a shard without a
+journal under a REDO option stops before the audit, and an audit that refuses its arguments
+(exit 2) makes the script's exit 2."""
 import os
 import subprocess
 import sys
@@ -40,45 +40,31 @@ def run_script(tmp_path, in_time=False, audit_rc=0, **env):
     return r.returncode, log, r.stdout + r.stderr, args.read_text().splitlines() if args.exists() else None
 
 
-def test_the_redo_filter_keeps_what_to_judge_again_and_names_every_id_it_drops(tmp_path):
+def test_redo_ids_go_to_redo_if_needed_and_a_call_that_cannot_do_what_it_is_asked_stops(tmp_path):
     shards = tmp_path / "results" / "audit" / "shards"
     shards.mkdir(parents=True)
-
-    def report(rules):
-        return {"standard": {"verdict": "PASS"}, "gates": [], "meta": {"rules": rules, "judged_on": "NVIDIA H100"}}
-
     j = Journal(shards / "audit_shard_1-of-2.sqlite")
-    j.record({"id": "a/now"}, report(RULES), "CLEAN")
-    j.record({"id": "a/old"}, report("2026-01-01"), "BROKEN")
-    j.record({"id": "a/gone"}, report(RULES), "CLEAN")
-    j.forget(["a/gone"], "kverify audit --redo")  # an earlier --redo that stopped before it
+    j.record({"id": "a/now"}, {"standard": {"verdict": "PASS"}, "gates": [], "meta": {"rules": RULES}}, "CLEAN")
     j.close()
-    j = Journal(shards / "audit_shard_0-of-2.sqlite")
-    j.record({"id": "b/now"}, report(RULES), "CLEAN")
-    j.close()
+    Journal(shards / "audit_shard_0-of-2.sqlite").close()
 
     rc, log, said, args = run_script(tmp_path, SHARD="1/2", REDO=" a/now,a/old ,a/gone")  # spaces: dropped
     assert rc == 2 and "no audit" in said and args is None  # the time had run out: the plan is written
-    assert "=== shards 1/2" in log and "judging again: a/old\n" in log + "\n"
-    assert "REDO: a/now: judged by these rules already on NVIDIA H100" in log and "REDO_ELSEWHERE=GPU" in log
-    assert "REDO: a/gone: taken out by an earlier --redo" in log
+    assert "=== shards 1/2" in log and "judging again where needed: a/now,a/old,a/gone\n" in log
 
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO="a/now,a/old",
                                      REDO_ELSEWHERE="NVIDIA H200", IDS="a/now,a/old")
     assert rc == 0 and args is not None, said + log
-    assert "--redo-elsewhere\nNVIDIA H200" in "\n".join(args) and "--redo\na/old" in "\n".join(args)
+    joined = "\n".join(args)
+    assert "--redo-elsewhere\nNVIDIA H200" in joined and "--redo-if-needed\na/now,a/old" in joined
+    assert "\n--redo\n" not in joined + "\n"
     assert ["--id", "a/now", "--id", "a/old"] == [a for a in args if a in ("--id", "a/now", "a/old")][-4:]
     assert "every row of IDS judged elsewhere than NVIDIA H200" in log
-    assert "--redo-elsewhere NVIDIA H200 takes it" in log
+    assert "1 kernels:" in said  # the shard's summary
 
     rc, log, said, args = run_script(tmp_path, in_time=True, audit_rc=2, SHARD="1/2", REDO_ELSEWHERE="H200")
     assert rc == 2 and args is not None  # the audit refused its arguments: so does the call
-
-    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="0/2", REDO="b/now")
-    assert rc == 2 and args is None and "nothing of it to judge again" in log
-
-    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO="a/old", IDS="a/now")
-    assert rc == 2 and args is None and "a/old: not in IDS" in log  # the audit would not reach it
+    assert "exit 2: the audit refused its arguments" in said
 
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", IDS=" a/now,*")
     assert rc == 0 and args[-4:] == ["--id", "a/now", "--id", "*"]  # no globbing, blanks trimmed
@@ -92,14 +78,17 @@ def test_the_redo_filter_keeps_what_to_judge_again_and_names_every_id_it_drops(t
 
     redo_file = tmp_path / "redo.txt"  # blanks between ids, a comment, a line that is not one, no line for 0/2
     redo_file.write_text("# rows\n1/2 a/old a/now\nnonsense here\n")
-    rc, log, said, args = run_script(tmp_path, SHARD="1/2,0/2", REDO_FILE=str(redo_file))
-    assert "judging again: a/old\n" in log + "\n" and "a/now: judged by these rules already" in log
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2,0/2", REDO_FILE=str(redo_file), REDO="a/x")
+    assert rc == 0 and "--redo-if-needed\na/x,a/old,a/now" in "\n".join(args), said + log
     assert "line 3: not" in log and "no ids for shard 0/2" in log and "line 1" not in log and "line 2" not in log
 
-    rc, log, said, args = run_script(tmp_path, SHARD="1/2", REDO_FILE=str(redo_file), IDS="a/now")
-    assert "REDO_FILE: a/old: not in IDS: left for another call" in log and "a/now: judged by these rules" in log
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO_FILE=str(redo_file), IDS="a/now")
+    assert "REDO_FILE: a/old: not in IDS: left for another call" in log and "REDO_FILE: a/now" not in log
+    assert "--redo-if-needed\na/now" in "\n".join(args)
 
-    for named, shard in (("now,a/old", "1/2"), ("a/old", "0/2")):  # a shortened id; the right id, another shard
-        rc, log, said, args = run_script(tmp_path, in_time=True, SHARD=shard, REDO=named)
-        assert rc == 2 and args is None and "journalled in none of the shards" in log and "=== shards" not in log
-        assert named.split(",")[0] in log.split("journalled in none")[0]
+    redo_file.write_text("# nothing for this call\n0/2 b/1\n")  # REDO_FILE for every call: the audit goes on
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO_FILE=str(redo_file))
+    assert rc == 0 and "--redo-if-needed" not in args and "no ids for shard 1/2" in log
+
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO=" a/now  a/old,")  # blanks part ids
+    assert rc == 0 and "--redo-if-needed\na/now,a/old" in "\n".join(args)

@@ -219,7 +219,7 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
               load_timeout: float = 900.0, gpus: list[str] | None = None, gpu_gib: float = 0.0,
               redo: list[str] | None = None, redo_faults: bool = False, row_budget: float | None = None,
               redo_budget: bool = False, redo_stale: bool = False, time_limit: float | None = None,
-              redo_elsewhere: str | None = None) -> int:
+              redo_elsewhere: str | None = None, redo_if_needed: list[str] | None = None) -> int:
     """Audit the rows of ``corpus`` (this shard, not yet journalled) into ``journal``.
 
     Args:
@@ -252,6 +252,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             row judged on another one (Journal.judged_elsewhere), e.g. to have a whole audit
             judged on one GPU model; a run on another machine is refused (it would judge them
             elsewhere again, and the same command on the named GPU judges them no third time).
+            ``redo_if_needed``: journalled row ids to check again where that could change them
+            (Journal.needs_redo: no report, older rules, a gate record that is a fault of kverify's
+            or the GPU's); the others are named on stderr with why, and left as they are.
         time_limit: seconds this call may take from the start of its first row (None: no limit):
             no row's build or check starts that would not end within it by this run's estimates
             (TimeLimit), and at the limit the rows in flight are ended and logged, not journalled
@@ -259,8 +262,11 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             time (``jobs`` 1, no ``compile_jobs``) the row in flight runs in this process and
             ends on its own: the limit only keeps the next one from starting.
     Raises:
-        UsageError: bad shard, jobs, or a file that is not a journal. LoadError: unreadable corpus.
+        UsageError: bad shard, jobs, a file that is not a journal, a --redo or --redo-if-needed
+            id outside this run's rows (naming the shard that holds it) or not journalled, a
+            --redo-elsewhere GPU this run does not judge on. LoadError: unreadable corpus.
     """
+    from kverify.check import resolve_device
     from kverify.corpus import identified_rows
 
     try:  # its check processes apply it (_task): a bad value must stop the audit, not every row
@@ -275,10 +281,10 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
         raise UsageError(f"--row-budget must be a positive number of seconds, got {row_budget}")
     if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
         raise UsageError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    dev = resolve_device(device)
+    names = gpu_names() if dev == "cuda" else None  # once: the runs records and --redo-elsewhere's check
     if redo_elsewhere is not None:
-        from kverify.check import resolve_device
-
-        here = sorted(machine_names(resolve_device(device), gpus))
+        here = sorted(machine_names(dev, gpus, names))
         if here != [redo_elsewhere]:
             raise UsageError(f"--redo-elsewhere {redo_elsewhere!r}: this run judges on {' and '.join(map(repr, here))}"
                              " (as meta.judged_on and the report's 'Judged on' line name machines): give that name "
@@ -309,10 +315,15 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     if len(set(paths.values())) < len(paths):
         raise UsageError(f"--journal {journal}: two shards would share one journal")
     selected = {r["id"] for r in rows}
-    outside = sorted(set(redo or []) - selected)
-    if outside:  # forgotten but never checked again: the row would just be gone from the journal
-        raise UsageError(f"--redo {', '.join(outside)}: not among the rows this run audits "
-                         f"(shard {spec}{', --limit' if limit else ''}{', --id' if ids else ''})")
+    for flag, named in (("--redo", redo), ("--redo-if-needed", redo_if_needed)):
+        outside = list(dict.fromkeys(x for x in named or [] if x not in selected))
+        if outside:  # forgotten but never checked again: the row would just be gone from the journal
+            where = "; ".join(f"{x!r} is " + ("no row of the corpus" if x not in place
+                                               else f"in shard {place[x] % n}/{n}" if place[x] % n not in rank
+                                               else "not an --id of it" if ids is not None and x not in ids
+                                               else "past --limit") for x in outside)
+            raise UsageError(f"{flag} {', '.join(map(repr, outside))}: not among the rows this run audits "
+                             f"(shard {spec}{', --limit' if limit else ''}{', --id' if ids else ''}): {where}")
     new = [p for p in paths.values() if not Path(p).exists()]  # made by this run: removed if it stops here
     journals: dict[int, Journal] = {}
     try:
@@ -320,9 +331,9 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
             journals[i] = Journal(path)
             if SHARD_FIELD in str(journal):
                 _own_shard_only(journals[i], path, i, n, place)
-        again_of, pending, options = _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults,
-                                                     redo_budget, redo_stale, redo_elsewhere, device, seed, gates,
-                                                     timeout, load_timeout, row_budget, jobs, compile_jobs)
+        again_of, pending, left, options = _check_journals(
+            journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere,
+            redo_if_needed, dev, names, seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs)
         _same_rows(journals, paths, corpus, rows, line_of, again_of)
     except UsageError:
         for j in journals.values():
@@ -334,8 +345,11 @@ def run_audit(corpus: str, journal: str, shard: str | None = None, device: str |
     for i, j in journals.items():
         j.begin_run(options[i])
     again = sorted(x for xs in again_of.values() for x in xs)
+    for x, why in left.items():  # every id --redo-if-needed leaves to others, and why (a misspelt one is refused)
+        Console(stderr=True).print(f"--redo-if-needed: {x!r}: {why}", soft_wrap=True, markup=False, highlight=False)
     _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
-                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere, time_limit)
+                  gpus, gpu_gib, time_limit,
+                  any((redo, redo_faults, redo_budget, redo_stale, redo_elsewhere, redo_if_needed)))
     return 0
 
 
@@ -362,20 +376,30 @@ def _same_rows(journals, paths, corpus, rows, line_of, again_of) -> None:
 
 
 def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere,
-                    device, seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
+                    redo_if_needed, dev, names, seed, gates, timeout, load_timeout, row_budget, jobs, compile_jobs):
     """run_audit's checks of every journal before any is written: the rows each run takes out to
     check again (``again_of``, shard -> {id: the options that take it out, as its ``forgotten.why``}),
-    the pending ones, and each journal's run options.
-    Raises UsageError (a --redo id not journalled, options that differ from the journal's)."""
-    from kverify.check import RULES, resolve_device
+    the pending ones, what --redo-if-needed does with each named id it does not take out itself
+    ({id: what and why}), and each journal's
+    run options (``names``: gpu_names(), for its runs record).
+    Raises UsageError (a --redo or --redo-if-needed id not journalled, options that differ from
+    the journal's)."""
+    from kverify.check import RULES
     from kverify.gates import GATES
 
     again_of: dict[int, dict[str, str]] = {}
     pending: set[str] = set()
+    left: dict[str, str] = {}
     for i, j in journals.items():
         mine = {x for x in selected if shard_of[x] == i}
+        held = j.pending() & mine  # forgotten by an earlier --redo that stopped before them: to do anyway
+        named = [x for x in redo_if_needed or [] if x in mine]
+        unknown = sorted(set(named) - j.done() - held)
+        if unknown:
+            raise UsageError(f"{paths[i]}: --redo-if-needed: no journalled row has the id(s) {', '.join(unknown)}")
+        needed, kept_as_is = j.needs_redo(named, RULES)
         why: dict[str, list[str]] = {}  # row id -> the options that take it out (its forgotten.why)
-        for flag, ids in (("--redo", redo or []),
+        for flag, ids in (("--redo", redo or []), ("--redo-if-needed", needed),
                           ("--redo-faults", j.faults() if redo_faults else []),
                           ("--redo-budget", j.budget_cut() if redo_budget else []),
                           ("--redo-stale", j.stale(RULES) if redo_stale else []),
@@ -384,27 +408,31 @@ def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, r
             for x in dict.fromkeys(ids):
                 if x in mine:
                     why.setdefault(x, []).append(flag)
-        held = j.pending() & mine  # forgotten by an earlier --redo that stopped before them: to do anyway
         again_of[i] = {x: "kverify audit " + " ".join(why[x]) for x in sorted(set(why) - held)}
+        # what --redo-if-needed does with each id it does not take out itself, and why
+        left.update({x: "taken out by an earlier --redo and not judged since: judged first, as such rows are"
+                     for x in named if x in held})
+        left.update({x: f"{w}: judged again, as {again_of[i][x]} takes it out" if x in again_of[i]
+                     else f"{w}: not judged again (--redo judges it again whatever; --redo-elsewhere GPU: the "
+                          "rows judged on another GPU)" for x, w in kept_as_is.items()})
         pending |= held
         missing = sorted(set(again_of[i]) - j.done())
         if missing:
             raise UsageError(f"{paths[i]}: --redo: no journalled row has the id(s) {', '.join(missing)}")
-    dev = resolve_device(device)
-    names = gpu_names() if dev == "cuda" else None  # once for all the run's journals
     options = {i: {"device": dev, "seed": seed, "gates": list(gates or GATES), "shard": f"{i}/{n}",
                    "timeout": timeout, "load_timeout": load_timeout, "row_budget": row_budget, "jobs": jobs,
                    "compile_jobs": compile_jobs, "kverify": _version(), "gpu_names": names} for i in journals}
     for i, j in journals.items():
         j.check_options(options[i])
-    return again_of, pending, options
+    return again_of, pending, left, options
 
 
 def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pending, opts, jobs, compile_jobs,
-                  gpus, gpu_gib, redo, redo_faults, redo_budget, redo_stale, redo_elsewhere, time_limit) -> None:
+                  gpus, gpu_gib, time_limit, redoing) -> None:
     """run_audit once its journals are checked and begun: take the --redo rows out, check every row
-    not journalled yet (those to check again first), and record each in its shard's journal."""
-    if redo_stale or redo_faults or redo_budget or redo_elsewhere or redo:
+    not journalled yet (those to check again first), and record each in its shard's journal.
+    ``redoing``: a --redo option was given (the log says how many rows it takes out)."""
+    if redoing:
         Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
                                    markup=False, highlight=False)
     if pending:
@@ -713,18 +741,17 @@ def gpu_names() -> list[str] | None:
     return names if r.returncode == 0 and names else None
 
 
-def machine_names(device: str, gpus: list[str] | None) -> set[str]:
+def machine_names(device: str, gpus: list[str] | None, names: list[str] | None) -> set[str]:
     """The names a run's reports will give the machine that judged them (meta.judged_on,
     kverify.check.judged_on): "cpu" off CUDA; on CUDA the models of ``gpus`` (nvidia-smi indices,
-    as run_audit's ``gpus``; None: every GPU), read with nvidia-smi, which names them as torch
-    does (the journals' runs records: "NVIDIA H200", "NVIDIA H100 80GB HBM3"), so this process
-    does not initialise CUDA; where nvidia-smi cannot tell (or ``gpus`` holds UUIDs), torch's
-    name of the current device."""
+    as run_audit's ``gpus``; None: every GPU) in ``names``, nvidia-smi's (gpu_names()), which
+    names them as torch does (the journals' runs records: "NVIDIA H200", "NVIDIA H100 80GB
+    HBM3"), so this process does not initialise CUDA; where nvidia-smi cannot tell (``names``
+    None, or ``gpus`` holds UUIDs), torch's name of the current device."""
     from kverify.check import judged_on
 
     if device != "cuda":
         return {judged_on(device)}
-    names = gpu_names()
     if names and gpus is None:
         return set(names)
     if names and gpus and all(g.isdigit() and int(g) < len(names) for g in gpus):

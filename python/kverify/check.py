@@ -73,7 +73,8 @@ def _judging_error(mod, e: Exception, stage: str = "judging") -> dict:
     ``e``, with the traceback: "ran out of memory while ..." where ``e`` says so
     (memory_wait.says_oom: on the GPU, other checks held the memory and waiting did not mend it,
     or the problem needs more than the device has; kverify audit runs such a row again alone, and
-    scripts/device_audit.sh's REDO picks such records), else "kverify fault while ..."."""
+    kverify audit --redo-if-needed, device_audit.sh's REDO, picks such records: Journal.needs_redo),
+    else "kverify fault while ..."."""
     what = f"{type(e).__name__}: {e}"
     head = "ran out of memory" if memory_wait.says_oom(what) else "kverify fault"
     return _result(mod, "ERROR", f"{head} while {stage}: {what}", {"traceback": traceback.format_exc()[-2000:]})

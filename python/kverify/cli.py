@@ -142,7 +142,8 @@ def cmd_audit(a) -> int:
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
                      redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
                      row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale,
-                     time_limit=a.time_limit, redo_elsewhere=a.redo_elsewhere)
+                     time_limit=a.time_limit, redo_elsewhere=a.redo_elsewhere,
+                     redo_if_needed=[x for v in a.redo_if_needed or [] for x in v.split(",") if x])
 
 
 def cmd_merge(a) -> int:
@@ -214,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--redo", action="append", default=None, metavar="ID[,ID...]",
                     help="check these journalled rows again (their old records are kept in the journal's "
                          "'forgotten' table)")
+    au.add_argument("--redo-if-needed", action="append", default=None, metavar="ID[,ID...]",
+                    help="check these journalled rows again where that could change them: rows with no report, "
+                         "judged by older rules, or with a gate record that is a fault of kverify's or the GPU's "
+                         "(out of memory); the others are named on stderr with why, and left as they are")
     au.add_argument("--row-budget", type=float, default=None, metavar="S",
                     help="seconds for each row's check from its start (loads, oracle runs, candidate calls; not "
                          "the build); gates it cuts short are ERROR (not "

@@ -71,6 +71,9 @@ def cut_by_budget(verdict: str, summary: str | None) -> bool:
 
 #: the reason a row was journalled with when kverify itself failed on it (kverify.audit.check_row)
 FAULT_PREFIX = "kverify fault"
+#: what a gate record's summary says when kverify or the GPU failed in it, not the row
+#: (kverify.check: "ran out of memory while ..."; Journal.needs_redo)
+GATE_FAULT_MARKS = (FAULT_PREFIX, "ran out of memory while")
 
 
 class Journal:
@@ -267,6 +270,28 @@ class Journal:
         judge again on ``gpu`` (``--redo-elsewhere``). Rows whose report does not record it
         (journalled before it was) and rows without a report (no gate judged them) are not."""
         return [kid for kid, meta in self._metas() if meta.get("judged_on") not in (None, gpu)]
+
+    def needs_redo(self, ids: list[str], rules: str) -> tuple[list[str], dict[str, str]]:
+        """Of ``ids``, the journalled rows that judging again could change (``kverify audit
+        --redo-if-needed``): rows with no report (COMPILE_ERROR, UNJUDGED: no gate judged them),
+        rows judged by other rules than ``rules`` (kverify.check.RULES; Journal.stale), and rows
+        with a gate record that is kverify's failure or the GPU's, not the row's (GATE_FAULT_MARKS
+        in its summary). Returns (those, in the order given; {id: why it is left as it is} for
+        the other journalled ones). Ids not journalled are in neither: the caller names them."""
+        done = self.done()
+        faulty = {r[0] for mark in GATE_FAULT_MARKS for r in self.db.execute(
+            "SELECT DISTINCT kernel_id FROM gates WHERE instr(summary, ?) > 0", (mark,))}
+        metas = dict(self._metas())
+        kept, left = [], {}
+        for i in dict.fromkeys(ids):
+            if i not in done:
+                continue
+            if i not in metas or metas[i].get("rules") != rules or i in faulty:
+                kept.append(i)
+            else:
+                left[i] = (f"judged by these rules already on {metas[i].get('judged_on') or 'a machine not recorded'},"
+                           " with no kverify fault")
+        return kept, left
 
     def _metas(self):
         """(id, report ``meta`` dict) of each row journalled with a report, by id; a report that is
