@@ -36,7 +36,7 @@ source "$(dirname "$0")/device_common.sh"
 trap '[ "$LOG_DIR" = "$OUT" ] || tar czf "$OUT/logs.tgz" -C "$LOG_DIR" . 2>/dev/null' EXIT
 [ -n "${SHARD:-}" ] || { echo "SHARD=i/n[,j/n...] is needed"; exit 2; }
 [ -z "${REDO_FILE:-}" ] || [ -r "$REDO_FILE" ] || { echo "REDO_FILE=$REDO_FILE: not a readable file"; exit 2; }
-[ -z "${REDO:-}" ] || [ -n "${REDO//[, ]/}" ] || { echo "REDO=$REDO names no id"; exit 2; }
+[ -z "${REDO:-}" ] || [ -n "${REDO//[,[:space:]]/}" ] || { echo "REDO=$REDO names no id"; exit 2; }
 # REDO_ELSEWHERE on a machine whose GPUs are named otherwise: stop before the install (kverify audit
 # --redo-elsewhere refuses it too, by the GPUs it uses: GPUS)
 if [ -n "${REDO_ELSEWHERE:-}" ] && [ -z "${GPUS:-}" ] && command -v nvidia-smi > /dev/null; then
@@ -103,7 +103,7 @@ if [ -n "${IDS:-}" ]; then  # REDO_FILE's rows outside IDS: for other calls (a R
     else echo "REDO_FILE: $id: not in IDS: left for another call" | tee -a "$OUT/audit.log"; fi
   done
 fi
-redo=$(sed 's/[[:space:]][[:space:]]*/,/g; s/,,*/,/g; s/^,//; s/,$//' <<< "$redo$file_ids")  # blanks too part ids
+redo=$(printf '%s' "$redo$file_ids" | tr -s ',[:space:]' ',' | sed 's/^,//; s/,$//')  # blanks and newlines too part ids
 if [ "${#fresh[@]}" -gt 0 ] && [ -n "${REDO:-}${REDO_FILE:-}${REDO_ELSEWHERE:-}${REDO_STALE:-}" ]; then
   echo "SHARD names shards with no journal (${fresh[*]}) and a REDO option is set: no audit (copy their journals into results/audit/shards/, or name them without REDO*)" | tee -a "$OUT/audit.log"
   kill "$sampler" 2>/dev/null; exit 2

@@ -350,10 +350,15 @@ def test_a_repeated_id_and_a_redo_outside_the_run_are_usage_errors(corpus, whole
     assert r.returncode == 2 and "ex/correct" in r.stderr and "not among the rows" in r.stderr, r.stderr
     assert "'ex/correct' is in shard 0/2" in r.stderr  # where the row is (stop 49's fresh user)
     r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device", "cpu",
-                        "--shard", "1/2", "--redo-if-needed", "ex/g03_fmax", "--redo-if-needed", "ex/correct,ex/nowhere"],
+                        "--shard", "1/2", "--redo-if-needed", "ex/g03_fmax", "--redo-if-needed", "ex/correct, ex/nowhere"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--redo-if-needed 'ex/correct', 'ex/nowhere': not among the rows" in r.stderr, r.stderr
     assert "'ex/correct' is in shard 0/2; 'ex/nowhere' is no row of the corpus" in r.stderr
+    for bad in ("", " , "):  # naming no id is refused, not taken for a plain audit of the rows left
+        r = subprocess.run([sys.executable, "-m", "kverify", "audit", str(corpus), "--journal", str(j), "--device",
+                            "cpu", "--redo-if-needed", "ex/g03_fmax", "--redo-if-needed", bad],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and f"--redo-if-needed {bad!r}: names no row id" in r.stderr, r.stderr
     assert Journal(j).rows() == before
 
 
@@ -897,6 +902,12 @@ def test_redo_if_needed_judges_again_only_the_rows_it_could_change_and_names_the
     assert jj.needs_redo(every + ["ex/g03_fmax"], RULES) == (
         ["ex/g07_inplace", "ex/g03_fmax", "ex/broken"],
         {"ex/correct": "judged by these rules already on NVIDIA H100 80GB HBM3, with no kverify fault"})
+    cut = Journal(tmp_path / "cut.sqlite")  # a row a row budget cut short: judged again by --redo-budget, said so
+    cut.record({"id": "c"}, report(RULES, "not established: the check's time budget (150 s) was spent"), "UNJUDGED")
+    assert cut.needs_redo(["c"], RULES) == ([], {"c": "judged by these rules already on NVIDIA H100 80GB HBM3, with no "
+                                                      "kverify fault, but a row budget cut a gate short (--redo-budget "
+                                                      "judges such rows again, in a longer run)"})
+    cut.close()
     jj.close()
     with pytest.raises(UsageError, match="--redo-if-needed: no journalled row has the id.s. ex/g08_tail_unwritten"):
         run_audit(str(corpus), str(j), device="cpu", gates=["G01"], redo_if_needed=every)

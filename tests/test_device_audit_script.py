@@ -69,7 +69,7 @@ def test_redo_ids_go_to_redo_if_needed_and_a_call_that_cannot_do_what_it_is_aske
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", IDS=" a/now,*")
     assert rc == 0 and args[-4:] == ["--id", "a/now", "--id", "*"]  # no globbing, blanks trimmed
 
-    for bad in (" ", ", "):
+    for bad in (" ", ", ", "\t", "\n,"):
         rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO=bad)
         assert rc == 2 and args is None and "names no id" in said
 
@@ -90,5 +90,5 @@ def test_redo_ids_go_to_redo_if_needed_and_a_call_that_cannot_do_what_it_is_aske
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO_FILE=str(redo_file))
     assert rc == 0 and "--redo-if-needed" not in args and "no ids for shard 1/2" in log
 
-    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO=" a/now  a/old,")  # blanks part ids
-    assert rc == 0 and "--redo-if-needed\na/now,a/old" in "\n".join(args)
+    rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO=" a/now  a/old,\na/x\t")  # blanks part ids
+    assert rc == 0 and "--redo-if-needed\na/now,a/old,a/x" in "\n".join(args)

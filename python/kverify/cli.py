@@ -140,10 +140,23 @@ def cmd_audit(a) -> int:
                      timeout=a.timeout, limit=a.limit, ids=a.id or None, jobs=a.jobs, compile_jobs=a.compile_jobs,
                      gates=resolve_gates(a.gates) if a.gates is not None else None, load_timeout=a.load_timeout, gpus=gpus,
                      gpu_gib=a.gpu_gib if device == "cuda" else 0.0,
-                     redo=[x for v in a.redo or [] for x in v.split(",") if x], redo_faults=a.redo_faults,
+                     redo=_ids(a.redo, "--redo"), redo_faults=a.redo_faults,
                      row_budget=a.row_budget, redo_budget=a.redo_budget, redo_stale=a.redo_stale,
                      time_limit=a.time_limit, redo_elsewhere=a.redo_elsewhere,
-                     redo_if_needed=[x for v in a.redo_if_needed or [] for x in v.split(",") if x])
+                     redo_if_needed=_ids(a.redo_if_needed, "--redo-if-needed"))
+
+
+def _ids(values: list[str] | None, flag: str) -> list[str]:
+    """The row ids of a repeatable ``flag ID[,ID...]`` (commas between ids, blanks around them
+    dropped). Raises UsageError for a value that names no id (say ``--redo ""``): the run would
+    otherwise go on as an audit of the rows not journalled yet, judging none again."""
+    out = []
+    for v in values or []:
+        ids = [x.strip() for x in v.split(",") if x.strip()]
+        if not ids:
+            raise UsageError(f"{flag} {v!r}: names no row id")
+        out += ids
+    return out
 
 
 def cmd_merge(a) -> int:
@@ -218,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--redo-if-needed", action="append", default=None, metavar="ID[,ID...]",
                     help="check these journalled rows again where that could change them: rows with no report, "
                          "judged by older rules, or with a gate record that is a fault of kverify's or the GPU's "
-                         "(out of memory); the others are named on stderr with why, and left as they are")
+                         "(out of memory); the others are named on stderr with why, and left as they are (rows "
+                         "a row budget cut short are judged again by --redo-budget, in a longer run)")
     au.add_argument("--row-budget", type=float, default=None, metavar="S",
                     help="seconds for each row's check from its start (loads, oracle runs, candidate calls; not "
                          "the build); gates it cuts short are ERROR (not "

@@ -277,11 +277,14 @@ class Journal:
         rows judged by other rules than ``rules`` (kverify.check.RULES; Journal.stale), and rows
         with a gate record that is kverify's failure or the GPU's, not the row's (GATE_FAULT_MARKS
         in its summary). Returns (those, in the order given; {id: why it is left as it is} for
-        the other journalled ones). Ids not journalled are in neither: the caller names them."""
+        the other journalled ones: where a row budget cut a gate short, Journal.budget_cut, the
+        why says that a longer run, ``--redo-budget``, judges it again). Ids not journalled are in
+        neither: the caller names them."""
         done = self.done()
         faulty = {r[0] for mark in GATE_FAULT_MARKS for r in self.db.execute(
             "SELECT DISTINCT kernel_id FROM gates WHERE instr(summary, ?) > 0", (mark,))}
         metas = dict(self._metas())
+        cut = set(self.budget_cut())
         kept, left = [], {}
         for i in dict.fromkeys(ids):
             if i not in done:
@@ -290,7 +293,8 @@ class Journal:
                 kept.append(i)
             else:
                 left[i] = (f"judged by these rules already on {metas[i].get('judged_on') or 'a machine not recorded'},"
-                           " with no kverify fault")
+                           " with no kverify fault" + (", but a row budget cut a gate short (--redo-budget judges "
+                                                       "such rows again, in a longer run)" if i in cut else ""))
         return kept, left
 
     def _metas(self):
