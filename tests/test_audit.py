@@ -392,10 +392,11 @@ def test_report_from_journal(corpus, whole, tmp_path):
     assert "Wilson" in (out / "report.md").read_text()
 
 
-def test_a_row_over_its_own_gpu_cap_is_booked_whole_until_judged_or_taken_out(corpus, tmp_path):
+def test_a_row_over_its_own_gpu_cap_is_booked_whole_until_judged_and_again_after_a_redo(corpus, tmp_path):
     """Journal.capped: the rows set aside over their own GPU memory cap (OOM_CAP_TRY) and not
-    journalled since, none once judged or taken out by --redo after it; the note is no try of its own
-    (Journal.tries), and kverify report --corpus gives it as the row's reason before any other."""
+    journalled since, none once judged; a row judged and then taken out by --redo is booked whole
+    again (journal.MEMORY_NOTES_KEPT), its tries counted from the --redo; the note is no try of its
+    own (Journal.tries), and kverify report --corpus gives it as the row's reason before any other."""
     from kverify.audit_report import WHY_NOT_JOURNALLED, write_report
     from kverify.corpus import iter_rows
     from kverify.journal import OOM_CAP_TRY, OOM_TRY
@@ -409,17 +410,21 @@ def test_a_row_over_its_own_gpu_cap_is_booked_whole_until_judged_or_taken_out(co
     j.note_try("ex/g08_tail_unwritten", OOM_TRY)  # its neighbours' memory, not its own cap: not booked whole
     j.note_try("ex/g08_tail_unwritten", None)  # a try without a note (none is written so now): still a try
     j.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")  # judged since
-    j.forget(["ex/correct"], "kverify audit --redo")  # and taken out: a fresh start
+    j.forget(["ex/correct"], "kverify audit --redo")  # and taken out: its memory note holds, its tries start anew
     j.record(rows["ex/g03_fmax"], None, "COMPILE_ERROR", "x")
-    assert j.capped() == {"ex/g07_inplace", "ex/broken"}
-    # the check starts only (ex/correct's before its --redo)
-    assert j.tries() == {"ex/g07_inplace": 1, "ex/broken": 1, "ex/g08_tail_unwritten": 1}
+    j.note_try("ex/g08_tail_unwritten", OOM_TRY)
+    j.record(rows["ex/g08_tail_unwritten"], None, "COMPILE_ERROR", "x")
+    j.forget(["ex/g08_tail_unwritten"], "kverify audit --redo")  # OOM_TRY is no memory note kept: gone
+    assert j.capped() == {"ex/g07_inplace", "ex/broken", "ex/correct"}
+    # the check starts only (ex/correct's and ex/g08_tail_unwritten's before their --redo not counted)
+    assert j.tries() == {"ex/g07_inplace": 1, "ex/broken": 1}
     j.close()
     c = write_report([str(tmp_path / "j.sqlite")], str(tmp_path / "rep"), str(corpus))["corpus"]
     why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
     assert why["ex/g07_inplace"] == (WHY_NOT_JOURNALLED["capped"], 1)
     assert why["ex/broken"] == (WHY_NOT_JOURNALLED["capped"], 1)
-    assert why["ex/g08_tail_unwritten"] == (WHY_NOT_JOURNALLED["oom"], 1)
+    assert why["ex/correct"] == (WHY_NOT_JOURNALLED["capped"], 0)  # as the audit will book it
+    assert why["ex/g08_tail_unwritten"] == (WHY_NOT_JOURNALLED["forgotten"], 0)
 
 
 def _noted_journal(tmp_path, rid: str, note: str):
@@ -445,15 +450,16 @@ def test_the_audit_books_the_rows_its_journal_saw_over_their_cap_whole(corpus, t
     assert seen["capped_before"] == {"ex/g07_inplace"}
 
 
-def test_a_row_that_ran_out_with_a_gpu_to_itself_runs_serially_until_judged_or_taken_out(corpus, tmp_path, monkeypatch):
+def test_a_row_that_ran_out_with_a_gpu_to_itself_runs_serially_until_judged_and_again_after_a_redo(corpus, tmp_path, monkeypatch):
     """Journal.serial: the rows noted OOM_WHOLE_TRY (ran out of GPU memory with a GPU to themselves)
-    and not journalled since, none once judged or taken out by --redo after it; the note is no try of
-    its own, kverify report --corpus gives it as the row's reason before the cap's, and run_audit
-    hands the rows to the scheduler (_pipeline's serial_before)."""
+    and not journalled since, none once judged; one judged and then taken out by --redo runs serially
+    again from its first try (journal.MEMORY_NOTES_KEPT); the note is no try of its own, kverify
+    report --corpus gives it as the row's reason before the cap's, and run_audit hands the rows to
+    the scheduler (_pipeline's serial_before)."""
     import kverify.audit as audit_mod
     from kverify.audit_report import WHY_NOT_JOURNALLED, write_report
     from kverify.corpus import iter_rows
-    from kverify.journal import OOM_CAP_TRY, OOM_WHOLE_TRY
+    from kverify.journal import OOM_CAP_TRY, OOM_TRY, OOM_WHOLE_TRY
 
     rows = {r["id"]: r for _, r in iter_rows(str(corpus))}
     path = tmp_path / "j.sqlite"
@@ -464,17 +470,21 @@ def test_a_row_that_ran_out_with_a_gpu_to_itself_runs_serially_until_judged_or_t
         j.note_try(rid, OOM_WHOLE_TRY)
     j.record(rows["ex/broken"], None, "COMPILE_ERROR", "x")  # judged since
     j.record(rows["ex/correct"], None, "COMPILE_ERROR", "x")
-    j.forget(["ex/correct"], "kverify audit --redo")  # judged, then taken out: a fresh start
-    assert j.serial() == {"ex/g07_inplace"} and j.capped() == {"ex/g07_inplace"}
+    j.forget(["ex/correct"], "kverify audit --redo")  # judged, then taken out: serially again
+    assert j.serial() == {"ex/g07_inplace", "ex/correct"} and j.capped() == {"ex/g07_inplace", "ex/correct"}
     assert j.tries() == {"ex/g07_inplace": 1}
+    with pytest.raises(ValueError, match="not a note kept"):
+        j._noted(OOM_TRY)
     j.close()
     c = write_report([str(path)], str(tmp_path / "rep"), str(corpus))["corpus"]
     why = {m["id"]: (m["reason"], m["tries"]) for m in c["missing"]}
     assert why["ex/g07_inplace"] == (WHY_NOT_JOURNALLED["serial"], 1)
+    assert why["ex/correct"] == (WHY_NOT_JOURNALLED["serial"], 0)
     seen = {}
     monkeypatch.setattr(audit_mod, "_pipeline", lambda *a, **k: seen.update(k))
     audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1)
-    assert seen["serial_before"] == {"ex/g07_inplace"} and seen["capped_before"] == {"ex/g07_inplace"}
+    assert seen["serial_before"] == {"ex/g07_inplace", "ex/correct"}
+    assert seen["capped_before"] == {"ex/g07_inplace", "ex/correct"}
 
 
 def test_a_row_checked_in_the_audit_s_own_process_runs_serially_where_its_journal_says_so(corpus, tmp_path, monkeypatch):

@@ -83,8 +83,9 @@ def load(journals: list[str]) -> list[dict]:
 
 #: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` since the row
 #: was last taken out by ``--redo`` (``forgotten``), the first that applies: ran out of GPU memory with a
-#: GPU to itself (journal.OOM_WHOLE_TRY: run serially from then on); set aside after running
-#: out of GPU memory over its own cap (journal.OOM_CAP_TRY: booked whole from then on), or beside other
+#: GPU to itself (journal.OOM_WHOLE_TRY: run serially from then on), or set aside after running
+#: out of GPU memory over its own cap (journal.OOM_CAP_TRY: booked whole from then on), these two
+#: whenever written (journal.MEMORY_NOTES_KEPT: the audit keeps acting on them after a --redo); beside other
 #: checks (journal.OOM_TRY); booked for a whole GPU (on one GPU it
 #: waits until no other row is left); its check started in some run and never ended there (the
 #: run's time limit, a kill); taken out by ``--redo`` and not tried since; no try recorded
@@ -112,7 +113,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     that the corpus now gives other content (Journal.changed): journals of another corpus."""
     from kverify.audit import parse_shards
     from kverify.corpus import identified_rows, row_digest
-    from kverify.journal import OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY
+    from kverify.journal import MEMORY_NOTES_KEPT, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY
 
     rows = {r["id"]: (line, row_digest(r)) for _, line, r in identified_rows(corpus)}
     ids = list(rows)
@@ -157,7 +158,8 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         if i in done:
             continue
         w = [what for at, what in tries.get(i, []) if at > forgotten.get(i, 0.0)]  # since its last --redo (as Journal._since)
-        key = ("serial" if OOM_WHOLE_TRY in w else "capped" if OOM_CAP_TRY in w else "oom" if OOM_TRY in w
+        kept = {what for _, what in tries.get(i, []) if what in MEMORY_NOTES_KEPT}  # whenever written (Journal._noted)
+        key = ("serial" if OOM_WHOLE_TRY in kept else "capped" if OOM_CAP_TRY in kept else "oom" if OOM_TRY in w
                else "whole" if WHOLE_TRY in w
                else "started" if w else "forgotten" if i in forgotten else "never")
         missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key],

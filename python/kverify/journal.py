@@ -59,6 +59,13 @@ OOM_CAP_TRY = "out of GPU memory over its cap beside other checks: booked whole 
 OOM_WHOLE_TRY = "out of GPU memory with the GPU to itself: serially from now on"
 #: the notes that say why a row was set aside, not a try of their own (Journal.tries)
 OOM_NOTES = (OOM_TRY, OOM_CAP_TRY, OOM_WHOLE_TRY)
+#: the notes a row keeps when it is taken out to be judged again (--redo and its kin: Journal.forget),
+#: so that the row is booked whole or run serially from its first try again: how much GPU memory a
+#: check needs is the row's, not its record's (stop 51, H200: two rows that had run serially before,
+#: taken out by --redo-elsewhere, ran out over their cap beside others, then each with the GPU to
+#: itself, 160-240 s a try, and the session's device time ended before they ran serially). The cost
+#: where a later kverify needs less: the row runs alone or serially, slower, with the same gates.
+MEMORY_NOTES_KEPT = (OOM_CAP_TRY, OOM_WHOLE_TRY)
 #: the ``tries`` note of a row booked for the whole of the only GPU after its build (a try of its own;
 #: kverify report --corpus: "booked for a whole GPU")
 WHOLE_TRY = "booked whole: waits for the GPU to itself"
@@ -171,24 +178,25 @@ class Journal:
                 if k not in done}
 
     def capped(self) -> set[str]:
-        """Ids of the rows not journalled (yet) that a run set aside after they ran out of GPU memory
-        over their own cap (OOM_CAP_TRY) since they were last taken out (``forgotten``, --redo):
+        """Ids of the rows not journalled (yet) that a run ever set aside after they ran out of GPU
+        memory over their own cap (OOM_CAP_TRY), before a --redo too (MEMORY_NOTES_KEPT):
         kverify.audit books them for a whole GPU."""
         return self._noted(OOM_CAP_TRY)
 
     def serial(self) -> set[str]:
-        """Ids of the rows not journalled (yet) that ran out of GPU memory with a GPU to themselves
-        (OOM_WHOLE_TRY) since they were last taken out (``forgotten``, --redo): kverify.audit runs
+        """Ids of the rows not journalled (yet) that ever ran out of GPU memory with a GPU to
+        themselves (OOM_WHOLE_TRY), before a --redo too (MEMORY_NOTES_KEPT): kverify.audit runs
         them serially from the start."""
         return self._noted(OOM_WHOLE_TRY)
 
     def _noted(self, what: str) -> set[str]:
-        """Ids of the rows not journalled (yet) with a ``tries`` note ``what`` since they were last
-        taken out (``forgotten``, --redo)."""
+        """Ids of the rows not journalled (yet) with a ``tries`` note ``what`` (one of
+        MEMORY_NOTES_KEPT), whenever written."""
+        if what not in MEMORY_NOTES_KEPT:
+            raise ValueError(f"not a note kept across --redo: {what!r}")
         if "tries" not in self.tables:
             return set()
-        return {r[0] for r in self.db.execute(f"SELECT t.id FROM tries t WHERE t.what = ?{self._since()}",
-                                               (what,))} - self.done()
+        return {r[0] for r in self.db.execute("SELECT t.id FROM tries t WHERE t.what = ?", (what,))} - self.done()
 
     def _since(self) -> str:
         """SQL condition on ``tries t``: the try came after the row was last taken out (--redo)."""
