@@ -100,7 +100,7 @@ if [ -n "${IDS:-}" ]; then  # REDO_FILE's rows outside IDS: for other calls (a R
   for id in "${listed[@]}"; do
     [ -n "$id" ] || continue
     if [[ ",${IDS//[[:space:]]/}," == *",$id,"* ]]; then file_ids="$file_ids,$id"
-    else echo "REDO_FILE: $id: not in IDS: left for another call" | tee -a "$OUT/audit.log"; fi
+    else echo "REDO_FILE: '$id': not in IDS: left for another call" | tee -a "$OUT/audit.log"; fi
   done
 fi
 redo=$(printf '%s' "$redo$file_ids" | tr -s ',[:space:]' ',' | sed 's/^,//; s/,$//')  # blanks and newlines too part ids

@@ -485,6 +485,11 @@ def test_a_row_that_ran_out_with_a_gpu_to_itself_runs_serially_until_judged_and_
     audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1)
     assert seen["serial_before"] == {"ex/g07_inplace", "ex/correct"}
     assert seen["capped_before"] == {"ex/g07_inplace", "ex/correct"}
+    # taken out in the same run (stop 51's case: --redo-elsewhere on rows that had run serially):
+    # serially and booked whole at once, the take-out coming before the notes are read
+    audit_mod.run_audit(str(corpus), str(path), device="cpu", jobs=2, compile_jobs=1, redo=["ex/broken"])
+    assert seen["serial_before"] == {"ex/g07_inplace", "ex/correct", "ex/broken"}
+    assert seen["capped_before"] == {"ex/g07_inplace", "ex/correct", "ex/broken"}
 
 
 def test_a_row_checked_in_the_audit_s_own_process_runs_serially_where_its_journal_says_so(corpus, tmp_path, monkeypatch):
@@ -1371,6 +1376,24 @@ def test_a_redo_that_a_time_limit_stopped_is_pending_and_checked_first_by_the_sa
     assert committed(j) == committed(whole)
     with sqlite3.connect(j) as db:
         assert db.execute("SELECT COUNT(*) FROM forgotten WHERE id = 'ex/g07_inplace'").fetchone()[0] == 1
+
+
+def test_a_taken_out_row_that_runs_tried_is_said_to_come_after_the_others(corpus, whole, tmp_path):
+    """A fresh user's find: the log said a row an earlier --redo took out is "checked first" while
+    the order (rows earlier runs tried and did not finish after the others, the fewest tries first)
+    put it last, once a run had tried it since (stop 51's T36 and P36). The log now says where each
+    goes."""
+    import shutil
+    j = tmp_path / "j.sqlite"
+    shutil.copy(whole, j)
+    jj = Journal(j)
+    jj.forget(["ex/g07_inplace", "ex/broken"], "kverify audit --redo")
+    jj.note_try("ex/g07_inplace", "check started")  # tried since, not finished
+    jj.close()
+    r = audit(corpus, j, "--time-limit", "5")
+    assert "1 row(s) an earlier --redo took out and did not check again are checked first" in r.stderr, r.stderr
+    assert ("1 row(s) that earlier runs tried and did not finish are checked after the others (1 of them taken "
+            "out by an earlier --redo)") in r.stderr, r.stderr
 
 
 

@@ -83,7 +83,7 @@ def test_redo_ids_go_to_redo_if_needed_and_a_call_that_cannot_do_what_it_is_aske
     assert "line 3: not" in log and "no ids for shard 0/2" in log and "line 1" not in log and "line 2" not in log
 
     rc, log, said, args = run_script(tmp_path, in_time=True, SHARD="1/2", REDO_FILE=str(redo_file), IDS="a/now")
-    assert "REDO_FILE: a/old: not in IDS: left for another call" in log and "REDO_FILE: a/now" not in log
+    assert "REDO_FILE: 'a/old': not in IDS: left for another call" in log and "REDO_FILE: 'a/now'" not in log
     assert "--redo-if-needed\na/now" in "\n".join(args)
 
     redo_file.write_text("# nothing for this call\n0/2 b/1\n")  # REDO_FILE for every call: the audit goes on

@@ -827,3 +827,50 @@ print(mw.unmended_ooms())
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["True", "1", "0", "1"], r.stdout
+
+
+def test_the_trace_names_each_error_s_thread_run_and_stack_and_the_counts(fresh, monkeypatch, tmp_path):
+    """KVERIFY_OOM_TRACE (memory_wait.TRACE_ENV): each error the allocator's observer sees is written
+    with its thread, its retry() depth, whether it counts as caught inside a watched run, and the
+    Python stack that asked; gpu_oom_status writes the counts it comes from. Unset, or a file that
+    cannot be written: nothing is written and nothing fails."""
+    monkeypatch.setenv(memory_wait.ENV, "5")
+    a = _Allocator(monkeypatch)
+    monkeypatch.setattr(memory_wait, "_watching", [True])
+
+    def well():
+        a.caught(2)
+        return "ran"
+    fresh.retry(well)  # untraced: no file
+    trace = tmp_path / "oom.txt"
+    assert not trace.exists()
+    monkeypatch.setenv(memory_wait.TRACE_ENV, str(trace))
+    assert fresh.retry(well) == "ran"
+
+    def a_gate_s_broad_except():
+        a.caught()
+    a_gate_s_broad_except()
+    assert fresh.gpu_oom_status() == {"ooms": 1, "over_cap": False}
+    text = trace.read_text()
+    heads = [ln for ln in text.splitlines() if ln.startswith("oom ")]
+    assert len(heads) == 3
+    assert all("thread=MainThread" in h and "asked_mib=2.0" in h for h in heads)
+    assert [("depth=1" in h, "in_watched_run=True" in h) for h in heads] == [(True, True)] * 2 + [(False, False)]
+    blocks = text.split("oom pid=")[1:]
+    assert "in well" in blocks[0] and "in a_gate_s_broad_except" in blocks[2] and "in well" not in blocks[2]
+    assert "in fail" in blocks[0] and "in _observe" not in text  # it ends at the allocation, not in the tracer
+    status = [ln for ln in text.splitlines() if ln.startswith("status ")]
+    assert len(status) == 1 and "num_ooms=5 waited=0" in status[0] and "mended=4" in status[0]
+    assert status[0].endswith("{'ooms': 1, 'over_cap': False}")
+    monkeypatch.setenv(memory_wait.TRACE_ENV, str(tmp_path / "no" / "such" / "dir.txt"))
+    a_gate_s_broad_except()  # cannot be written: ignored
+    assert fresh.gpu_oom_status()["ooms"] == 2
+    import os
+    import threading
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(memory_wait.TRACE_ENV, str(fifo))
+    t = threading.Thread(target=a_gate_s_broad_except, daemon=True)  # no reader: not waited for
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and fresh.unmended_ooms() == 3

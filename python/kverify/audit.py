@@ -410,7 +410,7 @@ def _check_journals(journals, paths, shard_of, selected, n, redo, redo_faults, r
                     why.setdefault(x, []).append(flag)
         again_of[i] = {x: "kverify audit " + " ".join(why[x]) for x in sorted(set(why) - held)}
         # what --redo-if-needed does with each id it does not take out itself, and why
-        left.update({x: "taken out by an earlier --redo and not judged since: judged first, as such rows are"
+        left.update({x: "taken out by an earlier --redo and not judged since: judged in this run, as such rows are"
                      for x in named if x in held})
         left.update({x: f"{w}: judged again, as {again_of[i][x]} takes it out" if x in again_of[i]
                      else f"{w}: not judged again (--redo judges it again whatever; --redo-elsewhere GPU: the "
@@ -435,9 +435,6 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
     if redoing:
         Console(stderr=True).print(f"checking again {len(again)} journalled row(s) (--redo...)", soft_wrap=True,
                                    markup=False, highlight=False)
-    if pending:
-        Console(stderr=True).print(f"{len(pending)} row(s) an earlier --redo took out and did not check again "
-                                   "are checked first", soft_wrap=True, markup=False, highlight=False)
     for i, j in journals.items():
         for why in sorted(set(again_of[i].values())):  # each row with the options that took it out
             j.forget([x for x, w in again_of[i].items() if w == why], why)
@@ -451,9 +448,15 @@ def _run_journals(corpus, rows, shard_of, journals, paths, again_of, again, pend
     tries = {k: v for j in journals.values() for k, v in j.tries().items()}
     todo.sort(key=lambda r: (tries.get(r["id"], 0), r["id"] not in first))
     late = sum(r["id"] in tries for r in todo)
+    held = [x for x in pending if x not in tries]  # what the log says comes first comes first (a fresh user's find)
+    if held:
+        Console(stderr=True).print(f"{len(held)} row(s) an earlier --redo took out and did not check again "
+                                   "are checked first", soft_wrap=True, markup=False, highlight=False)
     if late:
+        tried_held = sum(x in tries for x in pending)
         Console(stderr=True).print(f"{late} row(s) that earlier runs tried and did not finish are checked after the "
-                                   "others", soft_wrap=True, markup=False, highlight=False)
+                                   "others" + (f" ({tried_held} of them taken out by an earlier --redo)" if tried_held
+                                               else ""), soft_wrap=True, markup=False, highlight=False)
     for i, path in paths.items():  # a resumed journal: say what is skipped, so a rerun is not mistaken for a no-op
         mine = sum(shard_of[r["id"]] == i for r in rows)
         left = sum(shard_of[r["id"]] == i for r in todo)

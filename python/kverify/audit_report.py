@@ -81,14 +81,15 @@ def load(journals: list[str]) -> list[dict]:
     return sorted(out.values(), key=lambda k: k["id"])
 
 
-#: why a corpus row has no record yet (not_journalled), from the journals' ``tries`` since the row
-#: was last taken out by ``--redo`` (``forgotten``), the first that applies: ran out of GPU memory with a
-#: GPU to itself (journal.OOM_WHOLE_TRY: run serially from then on), or set aside after running
-#: out of GPU memory over its own cap (journal.OOM_CAP_TRY: booked whole from then on), these two
-#: whenever written (journal.MEMORY_NOTES_KEPT: the audit keeps acting on them after a --redo); beside other
-#: checks (journal.OOM_TRY); booked for a whole GPU (on one GPU it
-#: waits until no other row is left); its check started in some run and never ended there (the
-#: run's time limit, a kill); taken out by ``--redo`` and not tried since; no try recorded
+#: why a corpus row has no record yet (not_journalled), the first that applies, from the journals'
+#: ``tries`` since the row was last taken out by ``--redo`` (``forgotten``) unless said otherwise:
+#: ran out of GPU memory with a GPU to itself (journal.OOM_WHOLE_TRY: run serially from then on) or
+#: set aside after running out of GPU memory over its own cap (journal.OOM_CAP_TRY: booked whole from
+#: then on), these two whenever written (journal.MEMORY_NOTES_KEPT: the audit acts on them after a
+#: --redo too); set aside after running out of GPU memory beside other checks (journal.OOM_TRY);
+#: booked for a whole GPU (on one GPU it waits until no other row is left); its check started in
+#: some run and never ended there (the run's time limit, a kill); taken out by ``--redo`` and not
+#: tried since; no try recorded
 WHY_NOT_JOURNALLED = {
     "forgotten": "taken out by --redo, not tried since",
     "serial": "out of GPU memory with a GPU to itself: runs serially on a GPU emptied for it",
@@ -103,8 +104,9 @@ WHY_NOT_JOURNALLED = {
 def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dict:
     """The rows of ``corpus`` (a corpus JSONL, kverify.corpus.iter_rows) without a record in
     ``kernels`` (load(journals)), each with why (WHY_NOT_JOURNALLED, from the journals' ``tries`` and
-    ``forgotten`` tables: the tries since the row was last taken out by ``--redo``, else that) and
-    how many such tries. Only the rows of the journals' shards count where every journal's runs
+    ``forgotten`` tables: the tries since the row was last taken out by ``--redo``, else that; the
+    notes that run a row serially or book it whole, journal.MEMORY_NOTES_KEPT, whenever written) and
+    how many such tries (since the last ``--redo``). Only the rows of the journals' shards count where every journal's runs
     say theirs (``runs.options["shard"]``, all of one n): a report of some shards does not list the
     others' rows. Returns {"file", "rows" (the corpus's rows of those shards), "shards" (None: all),
     "journalled", "not_journalled", "reasons": {reason: n}, "missing": [{"id", "reason", "tries"}]

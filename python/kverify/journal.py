@@ -59,16 +59,25 @@ OOM_CAP_TRY = "out of GPU memory over its cap beside other checks: booked whole 
 OOM_WHOLE_TRY = "out of GPU memory with the GPU to itself: serially from now on"
 #: the notes that say why a row was set aside, not a try of their own (Journal.tries)
 OOM_NOTES = (OOM_TRY, OOM_CAP_TRY, OOM_WHOLE_TRY)
-#: the notes a row keeps when it is taken out to be judged again (--redo and its kin: Journal.forget),
-#: so that the row is booked whole or run serially from its first try again: how much GPU memory a
-#: check needs is the row's, not its record's (stop 51, H200: two rows that had run serially before,
-#: taken out by --redo-elsewhere, ran out over their cap beside others, then each with the GPU to
-#: itself, 160-240 s a try, and the session's device time ended before they ran serially). The cost
-#: where a later kverify needs less: the row runs alone or serially, slower, with the same gates.
+#: the notes Journal.capped and Journal.serial read whenever they were written, also before the row
+#: was last taken out to be judged again (--redo and its kin), so that such a row is booked whole or
+#: run serially from its first try again: how much GPU memory a check needs is mostly the row's, not
+#: its record's (stop 51, H200: two rows that had run serially before, taken out by --redo-elsewhere,
+#: ran out over their cap beside others, then each with the GPU to itself, 160-240 s a try, and the
+#: session's device time ended before they ran serially). Where that does not hold (a row whose
+#: corpus text was edited and then taken out, a later kverify that needs less, or a note from before
+#: stop 47's out-of-memory count, which took errors PyTorch caught for errors) the cost is the
+#: schedule only: the row runs alone or serially, later and slower, judged by the same gates.
 MEMORY_NOTES_KEPT = (OOM_CAP_TRY, OOM_WHOLE_TRY)
 #: the ``tries`` note of a row booked for the whole of the only GPU after its build (a try of its own;
 #: kverify report --corpus: "booked for a whole GPU")
 WHOLE_TRY = "booked whole: waits for the GPU to itself"
+
+
+def _judged_by_other_rules(meta: dict, rules: str) -> bool:
+    """Was the report with this ``meta`` judged by other rules than ``rules`` (meta.rules; a report
+    without it predates them)? The one rule behind Journal.stale and Journal.needs_redo."""
+    return meta.get("rules") != rules
 
 
 def cut_by_budget(verdict: str, summary: str | None) -> bool:
@@ -270,7 +279,7 @@ class Journal:
         kverify.check.RULES; a report without it predates them), to judge again
         (``--redo-stale``). Rows journalled without a report (COMPILE_ERROR, a reference that does
         not load) are not stale: no gate judged them."""
-        return [kid for kid, meta in self._metas() if meta.get("rules") != rules]
+        return [kid for kid, meta in self._metas() if _judged_by_other_rules(meta, rules)]
 
     def judged_elsewhere(self, gpu: str) -> list[str]:
         """Ids of rows whose report was judged on another machine than ``gpu`` (report
@@ -297,7 +306,7 @@ class Journal:
         for i in dict.fromkeys(ids):
             if i not in done:
                 continue
-            if i not in metas or metas[i].get("rules") != rules or i in faulty:
+            if i not in metas or _judged_by_other_rules(metas[i], rules) or i in faulty:
                 kept.append(i)
             else:
                 left[i] = (f"judged by these rules already on {metas[i].get('judged_on') or 'a machine not recorded'},"

@@ -69,6 +69,14 @@ _watching = [False]
 _here = threading.local()
 
 _lock = threading.Lock()
+#: a file (KVERIFY_OOM_TRACE) to which each out-of-memory error the allocator's observer sees is
+#: appended (_observe: the thread, its retry() depth, whether that error counts as caught inside a
+#: watched run, the size asked, the Python stack), and each gpu_oom_status its process's counters:
+#: to find where a check's unmended errors come from (stop 51, H200: the ConvTranspose2d row
+#: gemini_level2_run/L2/P36 set aside "caught in the check" with the GPU to itself again, as in stop
+#: 47, with the watch on). Unset: nothing is written. A file that cannot be written is ignored.
+TRACE_ENV = "KVERIFY_OOM_TRACE"
+_trace_lock = threading.Lock()  # its own: _observe may run in a thread that holds _lock
 _spent = [0.0]  # seconds this process has paused so far
 _jitter = random.Random()  # its own stream: a reference that seeds ``random`` changes nothing here
 
@@ -219,9 +227,30 @@ def unmended_ooms() -> int:
 def _observe(device, alloc, device_allocated, device_free) -> None:
     """PyTorch's caching allocator calls this in the thread whose allocation failed, just before it
     raises torch.OutOfMemoryError (as it adds one to num_ooms); counted for that thread's outermost
-    watched retry() try, if any (the others stay in unmended_ooms)."""
-    if getattr(_here, "depth", 0) and getattr(_here, "watched", False):
+    watched retry() try, if any (the others stay in unmended_ooms). Traced (TRACE_ENV) either way."""
+    counted = bool(getattr(_here, "depth", 0) and getattr(_here, "watched", False))
+    if counted:
         _here.seen += 1
+    if os.environ.get(TRACE_ENV):
+        import traceback
+        _trace(f"oom pid={os.getpid()} thread={threading.current_thread().name} depth={getattr(_here, 'depth', 0)} "
+               f"in_watched_run={counted} asked_mib={alloc / 2**20:.1f} free_mib={device_free / 2**20:.1f}\n"
+               + "".join("  " + ln for ln in traceback.format_stack()[-16:-1]))
+
+
+def _trace(text: str) -> None:
+    """Append ``text`` (ending in a newline) to the TRACE_ENV file, if set; errors ignored, and a
+    file that would block (a FIFO no one reads: a fresh user's try) is not waited for."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    try:
+        with _trace_lock:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+            with os.fdopen(fd, "a") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+    except OSError:
+        pass
 
 
 def _watch() -> bool:
@@ -273,8 +302,18 @@ def capped_out() -> bool:
 def gpu_oom_status() -> dict:
     """What kverify.audit reads of a check's process when it ends (kverify.audit._task): {"ooms":
     unmended_ooms(), "over_cap": capped_out()}; a shared check with either is run again alone,
-    whatever its record says (an error a gate caught leaves no mark in it)."""
-    return {"ooms": unmended_ooms(), "over_cap": capped_out()}
+    whatever its record says (an error a gate caught leaves no mark in it). Traced (TRACE_ENV) with
+    the counts it comes from."""
+    status = {"ooms": unmended_ooms(), "over_cap": capped_out()}
+    if os.environ.get(TRACE_ENV):
+        try:
+            import torch
+            total = int(torch.cuda.memory_stats().get("num_ooms", 0)) if torch.cuda.is_initialized() else 0
+        except Exception:  # noqa: BLE001
+            total = -1
+        _trace(f"status pid={os.getpid()} num_ooms={total} waited={_waited[0]} beyond={_beyond[0]} "
+               f"mended={_mended[0]} watching={_watching[0]} -> {status}")
+    return status
 
 
 def left() -> float:
