@@ -105,7 +105,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     """The rows of ``corpus`` (a corpus JSONL, kverify.corpus.iter_rows) without a record in
     ``kernels`` (load(journals)), each with why (WHY_NOT_JOURNALLED, from the journals' ``tries`` and
     ``forgotten`` tables: the tries since the row was last taken out by ``--redo``, else that; the
-    notes that run a row serially or book it whole, journal.MEMORY_NOTES_KEPT, whenever written) and
+    rows the audit runs serially or books whole, Journal.serial and Journal.capped: their notes whenever written) and
     how many such tries (since the last ``--redo``). Only the rows of the journals' shards count where every journal's runs
     say theirs (``runs.options["shard"]``, all of one n): a report of some shards does not list the
     others' rows. Returns {"file", "rows" (the corpus's rows of those shards), "shards" (None: all),
@@ -115,7 +115,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     that the corpus now gives other content (Journal.changed): journals of another corpus."""
     from kverify.audit import parse_shards
     from kverify.corpus import identified_rows, row_digest
-    from kverify.journal import MEMORY_NOTES_KEPT, OOM_CAP_TRY, OOM_NOTES, OOM_TRY, OOM_WHOLE_TRY, WHOLE_TRY
+    from kverify.journal import OOM_NOTES, OOM_TRY, WHOLE_TRY
 
     rows = {r["id"]: (line, row_digest(r)) for _, line, r in identified_rows(corpus)}
     ids = list(rows)
@@ -133,9 +133,13 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
                                          ": the journals are of another corpus, or of rows edited since"))
     tries: dict[str, list[tuple[float, str]]] = defaultdict(list)
     forgotten: dict[str, float] = {}
+    serial: set[str] = set()  # the rows the audit will run serially / book whole (Journal.serial, capped)
+    capped: set[str] = set()
     shards: set[tuple[int, int]] | None = set()
     for path in journals:
         j = Journal(path, readonly=True)
+        serial |= j.serial()
+        capped |= j.capped()
         for kid, at, what in j.select("tries"):
             tries[kid].append((at, what or ""))
         for r in j.select("forgotten"):
@@ -160,8 +164,7 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
         if i in done:
             continue
         w = [what for at, what in tries.get(i, []) if at > forgotten.get(i, 0.0)]  # since its last --redo (as Journal._since)
-        kept = {what for _, what in tries.get(i, []) if what in MEMORY_NOTES_KEPT}  # whenever written (Journal._noted)
-        key = ("serial" if OOM_WHOLE_TRY in kept else "capped" if OOM_CAP_TRY in kept else "oom" if OOM_TRY in w
+        key = ("serial" if i in serial else "capped" if i in capped else "oom" if OOM_TRY in w
                else "whole" if WHOLE_TRY in w
                else "started" if w else "forgotten" if i in forgotten else "never")
         missing.append({"id": i, "reason": WHY_NOT_JOURNALLED[key],
