@@ -86,13 +86,36 @@ def ninja_seconds(ext_dir: Path) -> tuple[float, dict[str, float]]:
 def _one(row: dict, load_timeout: float) -> dict:
     from kverify.build import cache_dir, precompile
 
+    trace = None
+    if os.environ.get("KVERIFY_FAST_BUILD") != "0":  # kverify's nvcc says what it reused (pnvcc._trace)
+        fd, trace = tempfile.mkstemp(prefix="kverify-bench-trace-")
+        os.close(fd)
+        os.environ["KVERIFY_PNVCC_TRACE"] = trace
     t = time.monotonic()
     p = precompile(row["reference"], row["id"] + ":reference", row["candidate"], row["id"] + ":candidate",
                    device=None, timeout=120, load_timeout=load_timeout,
                    tolerance=row.get("harness", {}).get("allclose_tol", 1e-2))
     ninja, steps = ninja_seconds(cache_dir(row["candidate"]))
     return {"id": row["id"], "seconds": round(time.monotonic() - t, 2), "status": p.status, "error": p.error,
-            "builds": p.builds, "dir": str(cache_dir(row["candidate"])), "ninja_s": ninja, "steps": steps}
+            "builds": p.builds, "dir": str(cache_dir(row["candidate"])), "ninja_s": ninja, "steps": steps,
+            "reused": reused(trace)}
+
+
+def reused(trace: str | None) -> str:
+    """What kverify's nvcc reused in a build, from its trace file (removed here): "pp" when both
+    lanes started from a kept preprocessed prefix (kverify._internal.ppcache), "pch" when the host
+    compile used its precompiled header (hostpch), "-" for neither, "" without a trace."""
+    if not trace:
+        return ""
+    try:
+        with open(trace) as f:
+            lines = f.read().splitlines()
+        os.unlink(trace)
+    except OSError:
+        return ""
+    got = ["pp"] if {"pp host used", "pp device used"} <= set(lines) else []
+    got += ["pch"] if "host pch: used" in lines else []
+    return "+".join(got) or "-"
 
 
 def _sass(so: Path) -> str | None:
@@ -193,6 +216,9 @@ def summarize(table: list[dict], ok: list[dict], ours: list[dict], half: int, wa
                "ours_ninja_median_s": med(on), "ours_ninja_p90_s": pct(on, 0.9), "python": sys.version.split()[0]}
     built_by = [b.get("mode", "?") for o in ours for b in o["builds"].values() if b.get("ok")]
     summary["built_by"] = {m: built_by.count(m) for m in ("narrow", "fast", "stock")}
+    pp = [t["ours_ninja_s"] for t in ok if "pp" in t.get("ours_reused", "").split("+")]
+    summary["ours_pp_builds"] = len(pp)  # both lanes from a kept preprocessed prefix (ppcache)
+    summary["ours_ninja_median_pp_s"] = med(pp)
     summary["narrow_fallbacks"] = sum(1 for o in ours for b in o["builds"].values() if "narrow_error" in b)
     if st and ou:
         summary["median_ratio_stock_over_ours"] = round(summary["stock_median_s"] / summary["ours_median_s"], 2)
@@ -219,6 +245,9 @@ def print_summary(summary: dict, ok: list[dict], half: int, wall: float) -> None
     print("  the builds alone (ninja's log: first step start to last step end, every build folder):")
     print(f"  stock load_inline : median {summary['stock_ninja_median_s']} s, p90 {summary['stock_ninja_p90_s']} s")
     print(f"  kverify           : median {summary['ours_ninja_median_s']} s, p90 {summary['ours_ninja_p90_s']} s")
+    if summary.get("ours_pp_builds"):
+        print(f"  kverify, the {summary['ours_pp_builds']} builds whose lanes started from a kept preprocessed prefix: "
+              f"median {summary['ours_ninja_median_pp_s']} s")
     for m, steps in summary["step_medians"].items():
         print(f"  {m} step medians: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
     print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
@@ -271,8 +300,8 @@ def main() -> int:
         for f in as_completed([po.submit(_one, r, a.load_timeout) for r in warm],
                               timeout=None if a.deadline is None else a.deadline):
             r = f.result()
-            print(f"  warm-up kverify {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) {r['status']:13} {r['id']}",
-                  flush=True)
+            print(f"  warm-up kverify {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) {r['status']:13} "
+                  f"{r['reused']:7} {r['id']}", flush=True)
     except FuturesTimeout:
         print(f"  deadline ({a.deadline:.0f} s) during the warm-up: the timed builds are left out", flush=True)
     t0 = time.monotonic()
@@ -285,7 +314,7 @@ def main() -> int:
         for f in as_completed(fs + fo, timeout=left):
             r = f.result()
             print(f"  {time.monotonic() - t0:6.0f}s {mode_of[f]:7} {r['seconds']:6.1f} s (ninja {r['ninja_s']:5.1f} s) "
-                  f"{r['status']:13} {r['id']}", flush=True)
+                  f"{r['status']:13} {r['reused'] or '':7} {r['id']}", flush=True)
     except FuturesTimeout:
         print(f"  deadline ({a.deadline:.0f} s): {sum(not f.done() for f in fs + fo)} build(s) unfinished, left out",
               flush=True)
@@ -302,7 +331,8 @@ def main() -> int:
         modes = ",".join(sorted({b.get("mode", "?") for b in o["builds"].values()})) or "-"
         table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"],
                       "stock_ninja_s": s["ninja_s"], "ours_ninja_s": o["ninja_s"],
-                      "stock_steps": s["steps"], "ours_steps": o["steps"], "stock_status": build_status(s),
+                      "stock_steps": s["steps"], "ours_steps": o["steps"], "ours_reused": o["reused"],
+                      "stock_status": build_status(s),
                       "ours_status": build_status(o), "ours_mode": modes,
                       "errors": [e for e in (s["error"], o["error"]) if e]})
     ok = [t for t in table if t["stock_status"] == t["ours_status"] == "ok"]

@@ -30,6 +30,9 @@ parallel nvcc (narrow and fast builds; off with KVERIFY_PARALLEL_NVCC=0)
     object as nvcc's (see there). Local: 21 s instead of 33 s per CUDA file, same CPU seconds.
     Its last step compiles cudafe++'s output with a GCC precompiled header of the header code
     in it, kept in KVERIFY_PCH_DIR (kverify._internal.hostpch; off with KVERIFY_HOST_PCH=0).
+    Each lane's preprocessing starts from a kept preprocessed prefix of the source's include
+    block, checked against the real preprocessor's bytes (kverify._internal.ppcache, also in
+    KVERIFY_PCH_DIR; off with KVERIFY_PP_CACHE=0).
 stock build
     When the fast build fails, the same call is built again exactly as stock ``load_inline``
     builds it (in its own folder), so a kernel that needs more than the shim still loads.

@@ -31,7 +31,9 @@ kverify._internal.hostpch, which compiles the header code in that output from a 
 header when KVERIFY_PCH_DIR holds one for it (the object then differs from nvcc's only in the
 names and linkage of the members of the header code's anonymous namespaces: internal, one copy
 per unit, where nvcc's are hidden-external under a name unique to the unit), and exactly as
-nvcc would otherwise.
+nvcc would otherwise. Each lane's first step, the preprocessing, may start its tool early from a
+kept preprocessed prefix (kverify._internal.ppcache; _run_lane): the tool's input is then checked
+to be the real preprocessor's output byte for byte, and the tool run again on that output if not.
 """
 from __future__ import annotations
 
@@ -46,10 +48,11 @@ import threading
 import time
 
 if __package__:
-    from kverify._internal import declset, hostpch
+    from kverify._internal import declset, hostpch, ppcache
 else:  # run as a script (torch's ninja file): the sibling modules, without importing kverify
     import declset
     import hostpch
+    import ppcache
 
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$")
 #: set by kverify's narrow build (kverify._internal.fastbuild): the folder of the reduced headers
@@ -204,6 +207,127 @@ def _run(cmds: list[str], env: dict, out: list, lane: str = "final") -> bool:
     return True
 
 
+def _start(cmd: str, env: dict) -> tuple[subprocess.Popen, threading.Thread, list]:
+    """Start the simple shell command ``cmd`` with ``exec`` (the process is the tool itself, so
+    that killing it stops the tool; in this process's group and session, so whatever stops the
+    build stops it too); a thread collects its (stdout, stderr) into the returned list once it ends."""
+    p = subprocess.Popen(["/bin/sh", "-c", "exec " + cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, errors="replace")
+    got: list = []
+    t = threading.Thread(target=lambda: got.extend(p.communicate()))
+    t.start()
+    return p, t, got
+
+
+def _stop(p: subprocess.Popen, t: threading.Thread) -> None:
+    """Kill a tool _start started (Popen.kill: not once it has ended and been reaped); wait for it."""
+    p.kill()
+    t.join()
+
+
+def _simple(cmd: str) -> bool:
+    """Is shell command ``cmd`` one command (no ``;``, ``&&``, ``|``, redirection ...), so that
+    ``exec`` runs all of it?"""
+    try:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        return not any(t and set(t) <= set("();<>|&") for t in lex)
+    except ValueError:
+        return False
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.getsize(a) != os.path.getsize(b):
+            return False
+        with open(a, "rb") as f, open(b, "rb") as g:
+            return f.read() == g.read()
+    except OSError:
+        return False
+
+
+def _same_head(a: str, b: str, n: int) -> bool:
+    """Do files ``a`` and ``b`` both have the same first ``n`` bytes?"""
+    try:
+        with open(a, "rb") as f, open(b, "rb") as g:
+            x = f.read(n)
+            return len(x) == n and x == g.read(n)
+    except OSError:
+        return False
+
+
+def _run_lane(cmds: list[str], env: dict, out: list, lane: str) -> bool:
+    """``_run`` for a lane whose first step preprocesses the source for the second (cudafe++ or
+    cicc), with kverify._internal.ppcache: when the source's include block has a kept prefix, the
+    second step starts on the spliced text while the real ``gcc -E`` runs beside it; the two
+    outputs must be equal byte for byte, else the second step is stopped, the real output put in
+    place, the entry forgotten and the step run again. Without an entry the lane runs as
+    ``_run`` and the real output may make one (ppcache.make); an entry whose headers changed is
+    removed first (ppcache.drop_stale). Trace lines: "pp LANE used|differs|differs after the
+    prefix|stale|made|seen", the steps as _run's."""
+    pre = None
+    if len(cmds) > 1 and " -E " in f" {cmds[0]} " and _tool(cmds[1]) in ("cudafe++", "cicc"):
+        pre = ppcache.plan(cmds[0], env, os.environ.get("KVERIFY_PCH_DIR"))
+    if pre is None or pre.output not in cmds[1] or not (_simple(cmds[0]) and _simple(cmds[1])):
+        return _run(cmds, env, out, lane)
+    if ppcache.drop_stale(pre):
+        _trace(f"pp {lane} stale")
+    if not ppcache.ready(pre):
+        if not _run(cmds[:1], env, out, lane):
+            return False
+        try:
+            with open(pre.output, "rb") as f:
+                text = f.read()
+        except OSError:
+            return _run(cmds[1:], env, out, lane)
+        made: list = []
+        maker = threading.Thread(target=lambda: made.append(ppcache.make(pre, env, text)))
+        maker.start()  # beside the lane's next steps
+        ok = _run(cmds[1:], env, out, lane)
+        maker.join()
+        if made and made[0]:
+            _trace(f"pp {lane} {made[0]}")
+        return ok
+    tracing = bool(os.environ.get("KVERIFY_PNVCC_TRACE"))
+    real_out = pre.output + ".kvreal"
+    if cmds[0].count(pre.output) != 1:
+        return _run(cmds, env, out, lane)
+    t0 = time.perf_counter()
+    real, real_t, real_got = _start(cmds[0].replace(pre.output, real_out), env)  # nvcc's command, but for -o
+    spliced = ppcache.splice(pre, env)
+    tool = _start(cmds[1], env) if spliced else None
+    t1 = time.perf_counter()
+    real_t.join()
+    real.wait()
+    if tracing:
+        _trace(f"step {lane} {_tool(cmds[0])} -E {time.perf_counter() - t0:.2f}")
+    out.append(tuple(real_got) if len(real_got) == 2 else ("", ""))
+    if real.returncode != 0 or not os.path.exists(real_out):
+        if tool:
+            _stop(*tool[:2])
+        return False
+    if not (spliced and _same_file(real_out, pre.output)):
+        if tool:
+            _stop(*tool[:2])
+        if spliced:  # the kept prefix itself differs (stale: forgotten), or only what follows it
+            stale = not _same_head(real_out, pre.output, spliced[0])
+            if stale:
+                ppcache.forget(pre, spliced[1])
+            _trace(f"pp {lane} differs" + ("" if stale else " after the prefix"))
+        os.replace(real_out, pre.output)
+        return _run(cmds[1:], env, out, lane)
+    os.unlink(real_out)
+    _trace(f"pp {lane} used")
+    p, t, got = tool
+    t.join()
+    p.wait()
+    if tracing:
+        _trace(f"step {lane} {_tool(cmds[1])} {time.perf_counter() - t1:.2f}")
+    out.append(tuple(got) if len(got) == 2 else ("", ""))
+    if p.returncode != 0:
+        return False
+    return _run(cmds[2:], env, out, lane)
+
+
 _LINE_MARKER = re.compile(r'^# \d+ "([^"<][^"]*)"', re.M)
 
 
@@ -313,12 +437,12 @@ def main(argv: list[str]) -> int:
         done: dict = {}
         def device_lane() -> None:
             try:
-                done["ok"] = _run(device, env, d_out, "device")
-            except OSError:
+                done["ok"] = _run_lane(device, env, d_out, "device")
+            except Exception:  # noqa: BLE001 -- the build goes to nvcc (below), never a traceback
                 done["ok"] = False
         lane = threading.Thread(target=device_lane)
         lane.start()
-        h_ok = _run(host, env, h_out, "host")
+        h_ok = _run_lane(host, env, h_out, "host")
         lane.join()
         if not (h_ok and done.get("ok")):
             return real("a step failed")  # nvcc's own diagnostics and exit status
@@ -352,7 +476,7 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(o)
             sys.stderr.write(e)
         return 0
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 -- an OSError, or a fault of this script: nvcc builds it
         return real(f"{type(e).__name__}: {e}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
