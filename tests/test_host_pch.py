@@ -305,7 +305,7 @@ def test_a_use_that_raced_a_removal_keeps_the_stale_mark(tmp_path, monkeypatch):
         _compile(tmp_path, tag, ANON, "int g() { return f1(); }", root)
     (folder,) = (tmp_path / "pch" / "cudafe").iterdir()
 
-    def racing(cmds, env, out):  # another build's _forget_stale, between this one's _fresh and GCC
+    def racing(cmds, env, out):  # another build's _forget_stale, between this one's fresh and GCC
         if "-Winvalid-pch" in cmds[0]:
             (folder / "prefix.h.gch").unlink()
             (folder / "manifest.json").unlink()

@@ -59,8 +59,9 @@ def _source(tmp_path, name, block, rest, blank=0):
 
 def _cmd(tmp_path, src, out, name="ext_a"):
     """A preprocessing command as nvcc -dryrun lists them: a define quoted with backslashes as
-    torch's ninja file writes -DPYBIND11_COMPILER_TYPE=\\"_gcc\\" (stop 52's first device run
-    of this cache refused every such command, so it never served)."""
+    torch's ninja file may write -DPYBIND11_COMPILER_TYPE=\\"_gcc\\" (this cache's first
+    version refused any command with a backslash), and the extension's name, which differs from
+    extension to extension (its first version keyed on it)."""
     return (shlex.join([gxx, "-E", "-x", "c++", "-O2", "-isystem", str(tmp_path / "sys"), "-I", str(tmp_path / "inc")])
             + ' "-DQUOTED=\\"_gcc\\"" ' + shlex.join([f"-DTORCH_EXTENSION_NAME={name}", "-include",
                                                     str(tmp_path / "forced.h"), str(src), "-o", str(out)]))

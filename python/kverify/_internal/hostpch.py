@@ -36,7 +36,7 @@ module id (``_GLOBAL__N_<module id>``, a hidden namespace with a name no other u
    no disk (a header is ~400 MB); at most MAX_HEADERS folders are made; a key that fails to
    precompile is marked ``failed`` and not tried again. ``manifest.json`` lists the files the
    header read (cudafe++'s output still includes ``crt/host_runtime.h``): a header whose files
-   changed since is not used (_fresh) but removed, and made again by the next build with its key
+   changed since is not used (fresh) but removed, and made again by the next build with its key
    (once between uses: a key stale again before its new header was used is marked ``failed``;
    _forget_stale).
 4. With a header for the key, the file is compiled as ``#include "<folder>/prefix.h"``, an alias
@@ -156,7 +156,7 @@ def directives(prefix: str) -> list[str] | None:
     ``#include`` but cudafe++'s own HOST_RUNTIME (a second review's find: ``#pragma pack`` in an
     included file was lost). Line markers and macro definitions (kept in a precompiled header)
     pass. HOST_RUNTIME's pragmas, not read here, were read by hand (CUDA 13.0: ``pack()``, which
-    restores the default, and Windows-only ones); the header's manifest holds its files (_fresh)."""
+    restores the default, and Windows-only ones); the header's manifest holds its files (fresh)."""
     stack: list[bool] = []  # one per open conditional: True for cudafe++'s "#if 0"
     replay: list[str] = []
     visibility = 0
@@ -182,7 +182,7 @@ def directives(prefix: str) -> list[str] | None:
         if any(stack):
             continue  # text cudafe++ left out
         if d in ("define", "undef") or line.strip() == HOST_RUNTIME:
-            continue  # macros are kept in the header; cudafe++'s own include is in its manifest (_fresh)
+            continue  # macros are kept in the header; cudafe++'s own include is in its manifest (fresh)
         if d != "pragma" or stack:
             return None  # another include: pragmas it leaves in force would be lost, unread here
         if w[1:3] == ["GCC", "diagnostic"]:
@@ -230,12 +230,29 @@ def key(normalised: str, words: list[str], source: str) -> str:
     w = ["<in>" if a == source else a for a in words]
     if "-o" in w[:-1]:
         w[w.index("-o") + 1] = "<out>"
-    exe = shutil.which(w[0]) if w else None
-    st = os.stat(exe) if exe else None
-    ident = [os.path.realpath(exe), st.st_size, st.st_mtime_ns] if st else [w[0] if w else ""]
     h = hashlib.sha256(normalised.encode(errors="surrogateescape"))
-    h.update(json.dumps([w, ident]).encode())
+    h.update(json.dumps([w, compiler_id(w[0] if w else "")]).encode())
     return h.hexdigest()[:24]
+
+
+def compiler_id(word: str, path: str | None = None) -> list:
+    """[real path, size, modification time] of the program ``word`` names (looked up in ``path``,
+    default PATH), or [word] when it cannot be found: part of a cache key (here, and
+    kverify._internal.ppcache), so that another compiler gets other entries."""
+    exe = shutil.which(word, path=path) if word else None
+    try:
+        st = os.stat(exe) if exe else None
+    except OSError:
+        st = None
+    return [os.path.realpath(exe), st.st_size, st.st_mtime_ns] if st else [word]
+
+
+def stats(files: list[str]) -> list | None:
+    """[[path, size, modification time]] of ``files`` (a manifest's form); None if one cannot be read."""
+    try:
+        return [[f, (st := os.stat(f)).st_size, st.st_mtime_ns] for f in files]
+    except OSError:
+        return None
 
 
 def _made(root: str) -> int:
@@ -245,20 +262,20 @@ def _made(root: str) -> int:
         return 0
 
 
-def _fresh(folder: str) -> bool:
-    """Do the files the precompiled header read (its ``manifest.json``: path, size, modification
-    time, from GCC's dependency output when it was made) still have that size and time? A header
-    of an updated toolkit is not used."""
+def fresh(folder: str) -> bool:
+    """Do the files a kept header read (``folder``'s ``manifest.json``: path, size, modification
+    time, as ``stats`` gives them, when it was made) still have that size and time? A header of an
+    updated toolkit is not used (here, and kverify._internal.ppcache's prefixes)."""
     try:
         with open(os.path.join(folder, "manifest.json")) as f:
             files = json.load(f)
-        return all((st := os.stat(p)).st_size == size and st.st_mtime_ns == mtime for p, size, mtime in files)
+        return stats([p for p, _, _ in files]) == files
     except (OSError, ValueError, TypeError):
         return False
 
 
 def _forget_stale(folder: str, header: str) -> None:
-    """Remove a key's precompiled header whose files changed (``_fresh`` false), so that the next
+    """Remove a key's precompiled header whose files changed (``fresh`` false), so that the next
     build with the key makes it again from the files as they are now; only under the folder's lock
     (a precompile in progress holds it: nothing is removed then) and only if still stale there. A
     key goes stale once between uses: stale again before a build has used the header made since,
@@ -273,7 +290,7 @@ def _forget_stale(folder: str, header: str) -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return  # another build is making it
-            if not os.path.exists(header + ".gch") or _fresh(folder):
+            if not os.path.exists(header + ".gch") or fresh(folder):
                 return  # removed or made again while this build looked
             mark = os.path.join(folder, "stale")
             if os.path.exists(mark):
@@ -302,7 +319,10 @@ def _manifest(depfile: str, header: str) -> list:
     with open(depfile) as f:
         text = f.read().replace("\\\n", " ")
     files = [x.replace("\\ ", " ").replace("$$", "$") for x in re.split(r"(?<!\\)\s+", text.split(": ", 1)[1]) if x]
-    return [[p, (st := os.stat(p)).st_size, st.st_mtime_ns] for p in dict.fromkeys(files) if p != header]
+    got = stats([p for p in dict.fromkeys(files) if p != header])
+    if got is None:
+        raise OSError(f"{depfile}: a file it names cannot be read")
+    return got
 
 
 def _prepare(last: str, source: str, module_id: str, root: str):
@@ -338,7 +358,7 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
     words, text, parts, norm, replay, folder = prepared
     header = os.path.join(folder, "prefix.h")
     if os.path.exists(header + ".gch"):
-        if not _fresh(folder):
+        if not fresh(folder):
             _forget_stale(folder, header)
             return plain(), NONE
         try:
@@ -349,7 +369,7 @@ def compile_final(last: str, source: str, module_id: str, root: str | None, run,
             if run([last + " -Winvalid-pch -Werror=invalid-pch"], env, mine):
                 out.extend(mine)
                 mark = os.path.join(folder, "stale")  # made again and used: a later change counts as new
-                if os.path.exists(mark) and os.path.exists(header + ".gch") and _fresh(folder):
+                if os.path.exists(mark) and os.path.exists(header + ".gch") and fresh(folder):
                     _unmark(mark)  # (only while not removed as stale meanwhile)
                 return True, USED
         except OSError:

@@ -267,7 +267,8 @@ def _run_lane(cmds: list[str], env: dict, out: list, lane: str) -> bool:
     pre = None
     if len(cmds) > 1 and " -E " in f" {cmds[0]} " and _tool(cmds[1]) in ("cudafe++", "cicc"):
         pre = ppcache.plan(cmds[0], env, os.environ.get("KVERIFY_PCH_DIR"))
-    if pre is None or pre.output not in cmds[1] or not (_simple(cmds[0]) and _simple(cmds[1])):
+    if (pre is None or pre.output not in cmds[1] or cmds[0].count(pre.output) != 1
+            or not (_simple(cmds[0]) and _simple(cmds[1]))):
         return _run(cmds, env, out, lane)
     if ppcache.drop_stale(pre):
         _trace(f"pp {lane} stale")
@@ -289,8 +290,6 @@ def _run_lane(cmds: list[str], env: dict, out: list, lane: str) -> bool:
         return ok
     tracing = bool(os.environ.get("KVERIFY_PNVCC_TRACE"))
     real_out = pre.output + ".kvreal"
-    if cmds[0].count(pre.output) != 1:
-        return _run(cmds, env, out, lane)
     t0 = time.perf_counter()
     real, real_t, real_got = _start(cmds[0].replace(pre.output, real_out), env)  # nvcc's command, but for -o
     spliced = ppcache.splice(pre, env)

@@ -19,15 +19,17 @@ again after the block; the source's own ``__BASE_FILE__``; a layout this module 
 foresee): the tool is stopped and run again on the real output, and the entry is removed
 (``forget``) when the kept prefix itself differs from the real output's head (stale), not when
 only what follows it does (a source of its own kind; the entry serves the others). Commands
-with shell expansion (``$``, backquotes) or dependency output are left alone. The object is therefore always built
-from the real preprocessor output; the cache only lets the tool start earlier.
+with shell expansion (``$``, backquotes) or dependency output are left alone. The object is
+therefore always built from the real preprocessor output; the cache only lets the tool start
+earlier.
 
 What the rest file must hold for GCC 12 to print, after the block, the very bytes it prints in
 the whole run (found by experiment on corpus sources, both lanes; tests/test_ppcache.py):
 
 - The split in the whole run's output is just after the last line marker of the source with a
-  line number below L (L: the source's first line after the block); it must be a return marker
-  (flag 2) from one of the block's headers, at line M.
+  line number below L (L: the source's first line after the block), or the return marker at L
+  itself when code follows the last include at once; it must be a return marker (flag 2) from
+  one of the block's headers, at line M.
 - The rest file is ``#line M-1 "SOURCE"`` and ``#include "empty.h"`` (so that the same return
   marker ``# M "SOURCE" 2`` is printed, with the printer in the same state), blank lines to L-1,
   then the source from line L. Before those, ``#include "sys.h"`` (a system header printing one
@@ -46,8 +48,8 @@ A key's entry is made the second time the key is seen (as hostpch's headers), at
 MAX_ENTRIES (~15 MB each, no eviction), under ``$KVERIFY_PCH_DIR/pp/``, and not again once it
 differed MAX_DIFFERS times. An entry whose headers changed size or modification time since
 (``manifest.json``) is removed before use and made again (``drop_stale``): a header that changes
-only a macro's value prints the same prefix, and every splice would differ after it. ``KVERIFY_PP_CACHE=0`` turns it off.
-Standalone (no kverify or torch import), as pnvcc.
+only a macro's value prints the same prefix, and every splice would differ after it.
+``KVERIFY_PP_CACHE=0`` turns it off. Standalone (no kverify or torch import), as pnvcc.
 """
 from __future__ import annotations
 
@@ -60,6 +62,11 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
+
+if __package__:
+    from kverify._internal import hostpch
+else:  # run as a script beside pnvcc (torch's ninja file): the sibling module, without importing kverify
+    import hostpch
 
 MAX_ENTRIES = 32
 #: the making source's path in a kept prefix, replaced by each user's
@@ -107,15 +114,6 @@ def block(text: bytes) -> tuple[list[tuple[int, str]], int] | None:
     return None
 
 
-def _compiler(words: list[str], env: dict) -> list:
-    exe = shutil.which(words[0], path=env.get("PATH")) if words else None
-    try:
-        st = os.stat(exe) if exe else None
-    except OSError:
-        st = None
-    return [os.path.realpath(exe), st.st_size, st.st_mtime_ns] if st else [words[0] if words else ""]
-
-
 def plan(cmd: str, env: dict, root: str | None) -> Plan | None:
     """The Plan of the preprocessing command ``cmd`` (a shell command as nvcc -dryrun lists it),
     or None when the cache does not apply: off (KVERIFY_PP_CACHE=0, no ``root``), not one ``-E``
@@ -150,7 +148,7 @@ def plan(cmd: str, env: dict, root: str | None) -> Plan | None:
         return None
     incs, first = found
     generic = ["<in>" if w == source else "<out>" if w == output else _NAME_DEF.sub(r"\1<name>", w) for w in words]
-    h = hashlib.sha256(json.dumps([generic, incs, _compiler(words, env), [env.get(k) for k in _ENV_KEYS]]).encode())
+    h = hashlib.sha256(json.dumps([generic, incs, hostpch.compiler_id(words[0], env.get("PATH")), [env.get(k) for k in _ENV_KEYS]]).encode())
     return Plan(words, source, output, text, first, os.path.join(root, "pp", h.hexdigest()[:24]))
 
 
@@ -160,38 +158,19 @@ def _headers(prefix: bytes, source: str) -> list[str]:
     return [n.decode(errors="surrogateescape") for n in names if n != source.encode()]
 
 
-def _stats(files: list[str]) -> list | None:
-    """[[path, size, modification time]] of ``files``; None if one cannot be read."""
-    try:
-        return [[f, (st := os.stat(f)).st_size, st.st_mtime_ns] for f in files]
-    except OSError:
-        return None
-
-
-def fresh(p: Plan) -> bool:
-    """Do the headers ``p``'s entry was made from still have their size and modification time?
-    (A changed header otherwise shows only as a difference; one that changes only a macro's value
-    prints the same prefix, and every splice would differ after it.)"""
-    try:
-        with open(os.path.join(p.folder, "manifest.json")) as f:
-            files = json.load(f)
-        return _stats([f for f, _, _ in files]) == files
-    except (OSError, ValueError, TypeError):
-        return False
-
-
 def ready(p: Plan) -> bool:
     """Is there an entry for ``p``'s key?"""
     return os.path.exists(os.path.join(p.folder, "meta.json"))
 
 
-def _rest_words(p: Plan, source: str, output: str, extra: list[str]) -> list[str]:
-    """``p``'s command on ``source`` into ``output`` ("": stdout) without its forced includes, plus ``extra``."""
+def _words(p: Plan, source: str, output: str, extra: list[str], forced: bool = False) -> list[str]:
+    """``p``'s command on ``source`` into ``output`` ("": stdout), with its forced includes
+    (``-include X``) only if ``forced``, plus ``extra``."""
     out, skip = [], False
     for w in p.words:
         if skip:
             skip = False
-        elif w in ("-include", "-o"):
+        elif w == "-o" or (w == "-include" and not forced):
             skip = True
         elif w == p.source:
             out.append(source)
@@ -214,7 +193,7 @@ def splice(p: Plan, env: dict) -> tuple[int, str] | None:
             + f'#line {m - 1} "{p.source}"\n#include "{p.folder}/empty.h"\n' + "\n" * (p.first - m)
         with open(rest_src, "wb") as f:
             f.write(head.encode() + b"\n".join(lines[p.first - 1:]))
-        r = subprocess.run(_rest_words(p, rest_src, rest_out, ["-imacros", os.path.join(p.folder, "state.h")]),
+        r = subprocess.run(_words(p, rest_src, rest_out, ["-imacros", os.path.join(p.folder, "state.h")]),
                            env=env, capture_output=True)
         if r.returncode != 0:
             return None
@@ -245,6 +224,21 @@ def splice(p: Plan, env: dict) -> tuple[int, str] | None:
 MAX_DIFFERS = 2
 
 
+def _remove(p: Plan) -> None:
+    """Remove ``p``'s entry (its caller holds the key's lock): renamed aside first, so that no
+    half-removed entry looks ready; what a killed removal leaves, ``make`` clears."""
+    gone = f"{p.folder}.gone{os.getpid()}"
+    os.rename(p.folder, gone)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def fresh(p: Plan) -> bool:
+    """Do the headers ``p``'s entry was made from still have their size and modification time
+    (hostpch.fresh)? A header that changes only a macro's value prints the same prefix, and every
+    splice would differ after it."""
+    return hostpch.fresh(p.folder)
+
+
 def forget(p: Plan, nonce: str) -> None:
     """Remove ``p``'s entry made with ``nonce`` (its kept prefix differed from the real output's
     head: a header changed since, say) and count it against the key; the key is made again the
@@ -259,9 +253,7 @@ def forget(p: Plan, nonce: str) -> None:
                         return
             except (OSError, ValueError, AttributeError):
                 return
-            gone = f"{p.folder}.gone{os.getpid()}"
-            os.rename(p.folder, gone)
-            shutil.rmtree(gone, ignore_errors=True)
+            _remove(p)
             with open(p.folder + ".differs", "a") as f:
                 f.write("x")
     except OSError:
@@ -279,9 +271,7 @@ def drop_stale(p: Plan) -> bool:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not ready(p) or fresh(p):
                 return False
-            gone = f"{p.folder}.gone{os.getpid()}"
-            os.rename(p.folder, gone)
-            shutil.rmtree(gone, ignore_errors=True)
+            _remove(p)
             return True
     except OSError:
         return False
@@ -384,7 +374,7 @@ def make(p: Plan, env: dict, output: bytes) -> str:
             if found is None:
                 return ""
             end, line, system = found
-            before = _stats(_headers(output[:end], p.source))  # the -dD runs must read the same headers
+            before = hostpch.stats(_headers(output[:end], p.source))  # the -dD runs must read the same headers
             if before is None:
                 return ""
             tmp = f"{p.folder}.tmp{os.getpid()}"
@@ -397,8 +387,7 @@ def make(p: Plan, env: dict, output: bytes) -> str:
                     f.write(b"\n".join(lines[: p.first - 1]) + b"\n")
                 open(empty, "wb").close()
                 dd = []
-                for words in ([blk if w == p.source else w for w in _without_output(p.words)] + ["-dD"],
-                              _rest_words(p, empty, "", ["-dD"])):
+                for words in (_words(p, blk, "", ["-dD"], forced=True), _words(p, empty, "", ["-dD"])):
                     r = subprocess.run(words, env=env, capture_output=True)
                     if r.returncode != 0:
                         return ""
@@ -413,7 +402,7 @@ def make(p: Plan, env: dict, output: bytes) -> str:
                 open(os.path.join(tmp, "empty.h"), "w").close()
                 for name in ("block.cu", "none.cu"):
                     os.unlink(os.path.join(tmp, name))
-                if _stats([f for f, _, _ in before]) != before:
+                if hostpch.stats([f for f, _, _ in before]) != before:
                     return ""  # a header changed while this ran
                 with open(os.path.join(tmp, "manifest.json"), "w") as f:
                     json.dump(before, f)
@@ -426,14 +415,3 @@ def make(p: Plan, env: dict, output: bytes) -> str:
     except Exception:  # noqa: BLE001 -- runs in a thread beside the build: nothing may escape
         return ""
 
-
-def _without_output(words: list[str]) -> list[str]:
-    out, skip = [], False
-    for w in words:
-        if skip:
-            skip = False
-        elif w == "-o":
-            skip = True
-        else:
-            out.append(w)
-    return out
