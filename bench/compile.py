@@ -98,24 +98,37 @@ def _one(row: dict, load_timeout: float) -> dict:
     ninja, steps = ninja_seconds(cache_dir(row["candidate"]))
     return {"id": row["id"], "seconds": round(time.monotonic() - t, 2), "status": p.status, "error": p.error,
             "builds": p.builds, "dir": str(cache_dir(row["candidate"])), "ninja_s": ninja, "steps": steps,
-            "reused": reused(trace)}
+            **from_trace(trace)}
 
 
-def reused(trace: str | None) -> str:
-    """What kverify's nvcc reused in a build, from its trace file (removed here): "pp" when both
-    lanes started from a kept preprocessed prefix (kverify._internal.ppcache), "pch" when the host
-    compile used its precompiled header (hostpch), "-" for neither, "" without a trace."""
+def from_trace(trace: str | None) -> dict:
+    """What kverify's nvcc reused in a build and how long its steps took, from its trace file
+    (pnvcc._trace; removed here): {"reused": "pp" when both lanes started from a kept preprocessed
+    prefix (kverify._internal.ppcache), "pch" when the host compile used its precompiled header
+    (hostpch), "-" for neither, "" without a trace; "tools": seconds per "LANE TOOL" (host gcc -E,
+    host cudafe++, device cicc, final gcc, ...; summed over the build's CUDA files, a lane's
+    preprocessing included where it ran beside a tool started early; "final gcc" also sums the
+    precompile of the host header that runs beside a build's own compile the first time, and a
+    compile refused with a header then run without: the table's "reused" column says which)}."""
     if not trace:
-        return ""
+        return {"reused": "", "tools": {}}
     try:
         with open(trace) as f:
             lines = f.read().splitlines()
         os.unlink(trace)
     except OSError:
-        return ""
+        return {"reused": "", "tools": {}}
     got = ["pp"] if {"pp host used", "pp device used"} <= set(lines) else []
     got += ["pch"] if "host pch: used" in lines else []
-    return "+".join(got) or "-"
+    tools: dict[str, float] = {}
+    for ln in lines:
+        w = ln.split()
+        if len(w) >= 4 and w[0] == "step":
+            try:
+                tools[" ".join(w[1:-1])] = round(tools.get(" ".join(w[1:-1]), 0.0) + float(w[-1]), 2)
+            except ValueError:
+                continue
+    return {"reused": "+".join(got) or "-", "tools": tools}
 
 
 def _sass(so: Path) -> str | None:
@@ -225,6 +238,9 @@ def summarize(table: list[dict], ok: list[dict], ours: list[dict], half: int, wa
     summary["step_medians"] = {m: {k: round(statistics.median([t[key].get(k, 0.0) for t in ok]), 1)
                                    for k in sorted({k for t in ok for k in t[key]})}
                                for m, key in (("stock", "stock_steps"), ("kverify", "ours_steps"))}
+    tools = sorted({k for t in ok for k in t.get("ours_tools", {})})
+    summary["tool_medians"] = {k: round(statistics.median([t["ours_tools"][k] for t in ok if k in t["ours_tools"]]), 2)
+                               for k in tools}  # kverify's nvcc, per lane and tool (pnvcc's trace)
     return summary
 
 
@@ -250,6 +266,9 @@ def print_summary(summary: dict, ok: list[dict], half: int, wall: float) -> None
               f"median {summary['ours_ninja_median_pp_s']} s")
     for m, steps in summary["step_medians"].items():
         print(f"  {m} step medians: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
+    if summary.get("tool_medians"):
+        print("  kverify's nvcc, median seconds per lane and tool: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in summary["tool_medians"].items()))
     print("  kverify's extensions built by step: " + ", ".join(f"{m} {n}" for m, n in summary["built_by"].items())
           + f" (fell back from narrow: {summary['narrow_fallbacks']})", flush=True)
 
@@ -332,6 +351,7 @@ def main() -> int:
         table.append({"id": s["id"], "stock_s": s["seconds"], "ours_s": o["seconds"],
                       "stock_ninja_s": s["ninja_s"], "ours_ninja_s": o["ninja_s"],
                       "stock_steps": s["steps"], "ours_steps": o["steps"], "ours_reused": o["reused"],
+                      "ours_tools": o.get("tools", {}),
                       "stock_status": build_status(s),
                       "ours_status": build_status(o), "ours_mode": modes,
                       "errors": [e for e in (s["error"], o["error"]) if e]})

@@ -70,6 +70,16 @@ def fast_build_nvcc_flags() -> list[str]:
             "--compiler-options", "-fPIC", f"-I{SHIM}", "-O3"]
 
 
+def corpus_sources(path: str | None = None) -> list[str]:
+    """The CUDA sources (cuda_sources) of a corpus JSONL's rows, sorted by sha256 of the row id (a
+    fixed spread over the corpus's origins; a source's INDEX in the bench scripts is its position
+    here). ``path`` defaults to $CORPUS, else .corpus/accepted_kernels.jsonl (the copy device runs carry)."""
+    path = path or os.environ.get("CORPUS", ".corpus/accepted_kernels.jsonl")
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+    return [s for r in rows if (s := cuda_sources(r.get("candidate", ""))) is not None]
+
+
 def cuda_sources(candidate: str) -> str | None:
     """The ``cuda_sources`` argument of the file's load_inline call when it is made of string
     constants (directly or through module-level names), joined; else None."""

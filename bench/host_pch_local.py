@@ -20,8 +20,6 @@ bench/cu_headers.py orders them). Needs nvcc on PATH and torch's headers. Prints
 build, then medians and the ratios against nvcc and pnvcc measured in this run.
 """
 import argparse
-import hashlib
-import json
 import os
 import shutil
 import statistics
@@ -42,9 +40,7 @@ def main() -> int:
     ap.add_argument("index", type=int, nargs="+")
     ap.add_argument("--reps", type=int, default=1, help="builds of each kind per source (alternating)")
     a = ap.parse_args()
-    rows = [json.loads(line) for line in open(os.environ.get("CORPUS", ".corpus/accepted_kernels.jsonl"))]
-    rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
-    srcs = [s for r in rows if (s := ch.cuda_sources(r.get("candidate", ""))) is not None]
+    srcs = ch.corpus_sources()
     flags = ch.fast_build_nvcc_flags()
     work = Path(tempfile.mkdtemp(prefix="kverify-hostpch-bench-"))
     root, trace = work / "pch", work / "trace.txt"

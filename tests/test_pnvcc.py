@@ -164,3 +164,63 @@ def test_its_temporary_folder_goes_under_the_audits_folder_and_is_removed(tmp_pa
     dryrun_tmp = seen.read_text().splitlines()[0]
     assert os.path.dirname(dryrun_tmp) == str(root) and os.path.basename(dryrun_tmp).startswith("kverify-pnvcc-")
     assert not list(root.iterdir())  # removed when the call ended
+
+
+def test_the_tools_run_with_huge_pages_unless_told_otherwise(monkeypatch):
+    """tool_env adds glibc's huge-page malloc tunable to the tools' environment, after any tunables
+    already set; KVERIFY_THP=0, or a GLIBC_TUNABLES that sets that tunable itself, leaves it as is."""
+    monkeypatch.delenv("KVERIFY_THP", raising=False)
+    assert pnvcc.tool_env({"PATH": "/bin"}) == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert pnvcc.tool_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"] \
+        == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert pnvcc.tool_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}
+    # another tunable whose name only starts the same, and a trailing separator
+    assert pnvcc.tool_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb_x=1:"})["GLIBC_TUNABLES"] \
+        == "glibc.malloc.hugetlb_x=1:glibc.malloc.hugetlb=1"
+    monkeypatch.setenv("KVERIFY_THP", "0")
+    assert pnvcc.tool_env({"PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+FAKE_TOOL = """#!{python}
+import os, sys
+with open({log!r}, "a") as f:
+    f.write(os.path.basename(sys.argv[0]) + " " + os.environ.get("GLIBC_TUNABLES", "-") + "\\n")
+outs = ("-o", "--gen_c_file_name", "--stub_file_name", "--module_id_file_name")
+for flag, name in zip(sys.argv, sys.argv[1:]):
+    if flag in outs:
+        with open(name, "w") as f:
+            f.write("module id\\n" if flag == "--module_id_file_name" else "")
+"""
+
+
+@pytest.mark.parametrize("thp", ["on", "off"])
+def test_every_tool_of_the_chain_gets_the_tools_environment(tmp_path, monkeypatch, thp):
+    """End to end through pnvcc.main with stand-in tools (a fake nvcc whose -dryrun lists gcc,
+    cudafe++, cicc, ptxas, fatbinary and the host compile, each a script that logs its name and
+    GLIBC_TUNABLES and writes its outputs): every tool of both lanes and the last step runs with
+    the huge-page tunable, none with KVERIFY_THP=0, and the build is the lanes' (no fallback)."""
+    bin_, log, trace = tmp_path / "bin", tmp_path / "tools.log", tmp_path / "trace.txt"
+    bin_.mkdir()
+    for name in ("gcc", "cudafe++", "cicc", "ptxas", "fatbinary"):
+        (bin_ / name).write_text(FAKE_TOOL.format(python=sys.executable, log=str(log)))
+        (bin_ / name).chmod(0o755)
+    listing = LISTING.replace('"$CICC_PATH/cicc"', "cicc").replace("/tmp/kv/", f"{tmp_path}/")
+    listing = "\n".join(ln if not ln.startswith("#$ ") or "=" in ln.split()[1] or ln.startswith("#$ rm")
+                        else f"#$ {bin_}/{ln[3:]}" for ln in listing.splitlines() if "CICC_PATH" not in ln) + "\n"
+    (tmp_path / "listing.txt").write_text(listing)
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'listing.txt'} >&2\ncase \" $* \" in *' -dryrun '*) exit 0;; esac\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KVERIFY_REAL_NVCC", str(fake))
+    monkeypatch.setenv("KVERIFY_PNVCC_TRACE", str(trace))
+    monkeypatch.delenv("KVERIFY_PCH_DIR", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv(pnvcc.CHECK_REDUCED, raising=False)
+    monkeypatch.setenv("KVERIFY_THP", "1" if thp == "on" else "0")
+    monkeypatch.chdir(tmp_path)
+    assert pnvcc.main(["-c", "a.cu", "-o", "a.o"]) == 0
+    assert [ln for ln in trace.read_text().splitlines() if not ln.startswith("step ")] == ["lanes"], trace.read_text()
+    ran = log.read_text().splitlines()
+    assert sorted(ln.split()[0] for ln in ran) == ["cicc", "cudafe++", "fatbinary", "gcc", "gcc", "gcc", "ptxas"]
+    want = "glibc.malloc.hugetlb=1" if thp == "on" else "-"
+    assert all(ln.split()[1] == want for ln in ran), ran

@@ -152,9 +152,15 @@ def plan(cmd: str, env: dict, root: str | None) -> Plan | None:
     return Plan(words, source, output, text, first, os.path.join(root, "pp", h.hexdigest()[:24]))
 
 
+#: a GCC line marker (``# N "file" flags``) naming a file, not one of GCC's own pseudo-files
+#: (``<built-in>``, ``<command-line>``): group 1 is the file (also pnvcc.write_depfile's pattern)
+LINE_MARKER = r'^# \d+ "([^"<][^"]*)"'
+_MARKER_BYTES = re.compile(LINE_MARKER.encode(), re.M)
+
+
 def _headers(prefix: bytes, source: str) -> list[str]:
     """The files the line markers of ``prefix`` name, but the source and GCC's own pseudo-files."""
-    names = dict.fromkeys(m.group(1) for m in re.finditer(rb'^# \d+ "([^"<][^"]*)"', prefix, re.M))
+    names = dict.fromkeys(m.group(1) for m in _MARKER_BYTES.finditer(prefix))
     return [n.decode(errors="surrogateescape") for n in names if n != source.encode()]
 
 
