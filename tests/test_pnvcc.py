@@ -177,8 +177,9 @@ def test_the_tools_run_with_huge_pages_unless_told_otherwise(monkeypatch):
     # another tunable whose name only starts the same, and a trailing separator
     assert pnvcc.tool_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb_x=1:"})["GLIBC_TUNABLES"] \
         == "glibc.malloc.hugetlb_x=1:glibc.malloc.hugetlb=1"
-    monkeypatch.setenv("KVERIFY_THP", "0")
-    assert pnvcc.tool_env({"PATH": "/bin"}) == {"PATH": "/bin"}
+    assert pnvcc.tool_env({"PATH": "/bin", "KVERIFY_THP": "0"}) == {"PATH": "/bin", "KVERIFY_THP": "0"}
+    monkeypatch.setenv("KVERIFY_THP", "0")  # the environment it is given decides, not this process's
+    assert pnvcc.tool_env({"PATH": "/bin"})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
 
 
 FAKE_TOOL = """#!{python}

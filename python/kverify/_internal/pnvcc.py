@@ -32,8 +32,8 @@ header when KVERIFY_PCH_DIR holds one for it (the object then differs from nvcc'
 names and linkage of the members of the header code's anonymous namespaces: internal, one copy
 per unit, where nvcc's are hidden-external under a name unique to the unit), and exactly as
 nvcc would otherwise. The tools run with glibc's malloc on transparent huge pages (tool_env;
-``KVERIFY_THP=0`` runs them in nvcc's environment). Each lane's first step, the preprocessing, may start its tool early from a
-kept preprocessed prefix (kverify._internal.ppcache; _run_lane): the tool's input is then checked
+``KVERIFY_THP=0`` runs them in nvcc's environment). Each lane's first step, the preprocessing, may
+start its tool early from a kept preprocessed prefix (kverify._internal.ppcache; _run_lane): the tool's input is then checked
 to be the real preprocessor's output byte for byte, and the tool run again on that output if not.
 """
 from __future__ import annotations
@@ -72,13 +72,14 @@ HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 def tool_env(env: dict) -> dict:
     """The environment the tools of nvcc's chain run in here: ``env`` with HUGE_PAGES added to
-    GLIBC_TUNABLES. cudafe++ parses torch's header code with a ~1.3 GB heap, and on an H100 host
-    (16 cores, THP ``madvise``, glibc 2.39) it ran 1.17x faster so, cicc no faster (bench/tool_env.py,
-    README "Compile time"); where the heap's pages come from does not change what a tool computes
-    (that script hashes the outputs of the steps it times, in both modes). ``env`` itself when
-    KVERIFY_THP=0 or when GLIBC_TUNABLES already sets glibc.malloc.hugetlb (the user's choice)."""
+    GLIBC_TUNABLES. cudafe++ parses torch's header code with a peak resident set of ~1.25 GB (one
+    corpus source, the developers' machine), and on an H100 host (16 cores, THP ``madvise``, glibc
+    2.39) it ran 1.17x faster so, cicc no faster (bench/tool_env.py, README "Compile time"); where
+    the heap's pages come from does not change what a tool computes (that script hashes the outputs
+    of the steps it times, in both modes). ``env`` itself when its KVERIFY_THP is "0" or its
+    GLIBC_TUNABLES already sets glibc.malloc.hugetlb (the user's choice)."""
     have = env.get("GLIBC_TUNABLES", "")
-    if os.environ.get("KVERIFY_THP") == "0" or any(t.split("=")[0] == "glibc.malloc.hugetlb" for t in have.split(":")):
+    if env.get("KVERIFY_THP") == "0" or any(t.split("=")[0] == "glibc.malloc.hugetlb" for t in have.split(":")):
         return env
     return {**env, "GLIBC_TUNABLES": f"{have.rstrip(':')}:{HUGE_PAGES}" if have.strip(":") else HUGE_PAGES}
 
