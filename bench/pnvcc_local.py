@@ -8,7 +8,7 @@ temporary file names normalised (nvcc's own objects differ from run to run only 
 INDEX: positions among the corpus's CUDA sources sorted by sha256 of the row id (as
 bench/cu_headers.py orders them). Needs nvcc on PATH and torch's headers.
 """
-import json, subprocess, sys, time, os, re, tempfile, hashlib
+import json, subprocess, sys, time, os, tempfile, hashlib
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cu_headers as ch
@@ -18,7 +18,7 @@ rows=[json.loads(l) for l in open(os.environ.get('CORPUS', '.corpus/accepted_ker
 rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
 srcs=[s for r in rows if (s:=ch.cuda_sources(r.get("candidate",""))) is not None]
 flags = ch.fast_build_nvcc_flags()
-norm=lambda b: re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_XXXXXXXX_XXXXXXXX", b)
+norm=pnvcc.normalised
 for i in [int(x) for x in sys.argv[1:]]:
     d=Path(tempfile.mkdtemp()); (d/"cuda.cu").write_text(ch.PREFIX+srcs[i])
     t=time.perf_counter(); a=subprocess.run(["nvcc","--generate-dependencies-with-compile","--dependency-output",str(d/"a.d"),"-c",str(d/"cuda.cu"),"-o",str(d/"ref.o"),*flags],capture_output=True,text=True); t1=time.perf_counter()-t

@@ -34,7 +34,6 @@ import argparse
 import hashlib
 import os
 import platform
-import re
 import shlex
 import shutil
 import signal
@@ -50,8 +49,10 @@ import cu_headers as ch  # noqa: E402
 
 from kverify._internal import pnvcc  # noqa: E402
 
-#: the setting under test, added to any GLIBC_TUNABLES already set
-TUNABLE = "glibc.malloc.hugetlb=1"
+from compile import from_trace  # noqa: E402  (what kverify's nvcc reused, from its trace)
+
+#: the setting under test, added to any GLIBC_TUNABLES already set (pnvcc.tool_env's)
+TUNABLE = pnvcc.HUGE_PAGES
 
 
 def _thp() -> str:
@@ -63,8 +64,6 @@ def _thp() -> str:
 
 def _outputs(cmd: str) -> list[str]:
     """The files a step writes: ``-o`` and the cudafe++/cicc output options named in ``cmd``."""
-    import shlex
-
     w = shlex.split(cmd)
     names = ("-o", "--gen_c_file_name", "--stub_file_name", "--gen_device_file_name", "--module_id_file_name")
     return [w[i + 1] for i, x in enumerate(w[:-1]) if x in names]
@@ -77,7 +76,7 @@ def _digest(files: list[str], folder: Path, normalise: bool = False) -> str:
     for f in files:
         p = Path(f) if os.path.isabs(f) else folder / f
         b = p.read_bytes() if p.exists() else b"<missing>"
-        h.update(re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_X", b) if normalise else b)
+        h.update(pnvcc.normalised(b) if normalise else b)
     return h.hexdigest()
 
 
@@ -148,6 +147,7 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                "KVERIFY_PNVCC_TRACE": str(trace)}
         for _ in range(2):  # seen, then made (ppcache and hostpch keep a key the second time)
             subprocess.run(["/bin/sh", "-c", cmd], env=env, cwd=d, capture_output=True)
+        trace.unlink(missing_ok=True)  # each timed run's trace is read and removed by from_trace
         steps = {"kverify's nvcc": cmd}
     for name, cmd in steps.items():
         outs = ["ours.o"] if whole else _outputs(cmd)
@@ -157,9 +157,8 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                 e = dict(env)
                 if whole:  # pnvcc adds the tunable itself unless told not to
                     e["KVERIFY_THP"] = "1" if mode == "tunable" else "0"
-                    trace.write_text("")
-                elif mode == "tunable":
-                    e["GLIBC_TUNABLES"] = ":".join(x for x in (env.get("GLIBC_TUNABLES"), TUNABLE) if x)
+                elif mode == "tunable":  # as kverify's nvcc runs its tools
+                    e = pnvcc.tool_env({**e, "KVERIFY_THP": "1"})
                 t = time.perf_counter()
                 r = subprocess.run(["/bin/sh", "-c", cmd], env=e, cwd=d, capture_output=True, text=True)
                 took = time.perf_counter() - t
@@ -174,9 +173,7 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                 # what kverify's nvcc reused (a like-for-like comparison: both modes from the same kept files)
                 used = ""
                 if whole:
-                    lines = trace.read_text().splitlines()
-                    used = "  reused " + ("+".join(w for w, ok in (("pp", {"pp host used", "pp device used"} <= set(lines)),
-                                                                   ("pch", "host pch: used" in lines)) if ok) or "nothing")
+                    used = "  reused " + {"-": "nothing", "": "? (no trace)"}.get(r := from_trace(str(trace))["reused"], r)
                 print(f"source {i} {name:13} {mode:8} {took:6.2f} s  output {'same' if got == first else 'DIFFERS'}{used}",
                       flush=True)
     return True

@@ -1,7 +1,6 @@
 """kverify._internal.pnvcc: nvcc's own commands in a host and a device lane. Listing logic on the
 CPU; with nvcc on PATH, the object equals nvcc's (temporary file names aside) and errors are nvcc's."""
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -131,7 +130,7 @@ def test_the_object_is_nvccs_and_errors_are_nvccs(tmp_path, monkeypatch):
     assert a.returncode == 0 and b.returncode == 0, b.stderr
     # not nvcc itself, no second device lane (besides each step's "step LANE TOOL SECONDS" line)
     assert [ln for ln in trace.read_text().splitlines() if not ln.startswith("step ")] == ["lanes"], trace.read_text()
-    norm = lambda p: re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft_X", p.read_bytes())  # noqa: E731
+    norm = lambda p: pnvcc.normalised(p.read_bytes())  # noqa: E731
     assert norm(obj_a) == norm(obj_b)  # nvcc's objects differ run to run only in those names
     assert dep_b.read_text().startswith(f"{obj_b}: {src}")
     assert "cuda_runtime.h" in dep_b.read_text()  # the headers it read
@@ -164,6 +163,16 @@ def test_its_temporary_folder_goes_under_the_audits_folder_and_is_removed(tmp_pa
     dryrun_tmp = seen.read_text().splitlines()[0]
     assert os.path.dirname(dryrun_tmp) == str(root) and os.path.basename(dryrun_tmp).startswith("kverify-pnvcc-")
     assert not list(root.iterdir())  # removed when the call ended
+
+
+def test_objects_are_compared_with_only_nvccs_temporary_names_made_one():
+    """normalised makes every tmpxft_<8 hex>_<8 hex> name one name and changes nothing else, so two
+    builds that differ only there compare equal and any other difference still shows."""
+    a = b"\x00obj tmpxft_00001234_00000000-6_a.cudafe1.cpp tmpxft_0000abcd_00000001\x7f"
+    b = b"\x00obj tmpxft_00009999_0000ffff-6_a.cudafe1.cpp tmpxft_00000001_00000002\x7f"
+    assert a != b and pnvcc.normalised(a) == pnvcc.normalised(b)
+    assert pnvcc.normalised(b"tmpxft_0000123_00000000") == b"tmpxft_0000123_00000000"  # 7 digits: not a name
+    assert pnvcc.normalised(a) != pnvcc.normalised(a.replace(b"obj", b"obk"))
 
 
 def test_the_tools_run_with_huge_pages_unless_told_otherwise(monkeypatch):

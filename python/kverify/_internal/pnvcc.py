@@ -68,6 +68,14 @@ _MODULE_ID = re.compile(r'--module_id_file_name\s+("[^"]*"|\S+)')
 #: glibc's malloc tunable that backs the heap with transparent huge pages (glibc >= 2.35; older
 #: ones ignore it; the kernel must allow THP on request, ``madvise`` or ``always``)
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
+#: nvcc's temporary file names as its objects embed them (``tmpxft_<pid>_<n>``, 8 hex digits each)
+TMPXFT = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+
+
+def normalised(data: bytes) -> bytes:
+    """``data`` (an object file's or another nvcc output's bytes) with every TMPXFT name made one
+    name, so two builds of one source compare equal when they differ only there."""
+    return TMPXFT.sub(b"tmpxft_X", data)
 
 
 def tool_env(env: dict) -> dict:
