@@ -1319,6 +1319,50 @@ def test_report_and_merge_name_a_directory_given_as_a_journal(tmp_path):
         merge(tmp_path / "out.sqlite", [tmp_path])
 
 
+def test_a_damaged_journal_is_an_error_naming_file_kernel_and_field(whole, tmp_path):
+    """A copy of a journal with its 'gates' table gone (report and merge), a kernel's report that is
+    not JSON, a gate's evidence that is not a JSON object, and a gate record of a kernel the journal
+    does not hold: each a UsageError naming the file and what is wrong, not a traceback and not a
+    row silently counted as judged before kverify recorded its rules; an empty corpus file is named
+    as such, not as another corpus (a newcomer's finds, stop 54)."""
+    import shutil
+
+    from kverify.audit_report import load, write_report
+    from kverify.errors import UsageError
+
+    def damaged(name: str, sql: str) -> str:
+        p = tmp_path / name
+        shutil.copy(whole, p)
+        with sqlite3.connect(p) as db:
+            db.execute(sql)
+        db.close()
+        return str(p)
+
+    assert len(load([str(whole)])) == 5  # the undamaged journal loads
+    nogates = damaged("nogates.sqlite", "DROP TABLE gates")
+    for call in (lambda: load([nogates]), lambda: merge(tmp_path / "m.sqlite", [nogates])):
+        with pytest.raises(UsageError, match=r"nogates\.sqlite: not a kverify journal .*no 'gates' table"):
+            call()
+    assert not (tmp_path / "m.sqlite").exists()
+    one = sqlite3.connect(whole).execute("SELECT id FROM kernels WHERE report IS NOT NULL LIMIT 1").fetchone()[0]
+    bad = damaged("badreport.sqlite", f"UPDATE kernels SET report = '{{not json' WHERE id = '{one}'")
+    with pytest.raises(UsageError, match=rf"badreport\.sqlite: kernel '{one}': field 'report' is not valid JSON"):
+        load([bad])
+    listed = damaged("listreport.sqlite", f"UPDATE kernels SET report = '[1]' WHERE id = '{one}'")
+    with pytest.raises(UsageError, match=r"field 'report' is JSON but not an object \(a list\)"):
+        load([listed])
+    ev = damaged("badev.sqlite", "UPDATE gates SET evidence = '3' WHERE rowid = 1")
+    with pytest.raises(UsageError, match=r"badev\.sqlite: kernel '.*': field 'G\d\d's evidence' is JSON but not an object"):
+        load([ev])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(UsageError, match=r"empty\.jsonl: no rows \(an empty corpus file\)"):
+        write_report([str(whole)], str(tmp_path / "rep"), str(empty))
+    orphan = damaged("orphan.sqlite", "INSERT INTO gates VALUES ('ex/nobody', 'G01', 'PASS', '', 0, 1, '{}')")
+    with pytest.raises(UsageError, match=r"orphan\.sqlite: table 'gates': a record of G01 for kernel 'ex/nobody'"):
+        load([orphan])
+
+
 def test_a_time_limit_starts_only_what_can_end_in_time():
     """TimeLimit: checks start while a check fits in the time left; builds only while the rows
     built or building are fewer than the checks the slots can still take after a build; the

@@ -67,6 +67,7 @@ def load(journals: list[str]) -> list[dict]:
             cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
             for row in j.db.execute("SELECT * FROM kernels"):
                 k = dict(zip(cols, row))
+                _json_field(path, k["id"], "report", k["report"])
                 if k["id"] in out:
                     raise UsageError(f"kernel {k['id']} is in {where[k['id']]} and in {path} "
                                      "(merge them first: kverify merge)")
@@ -74,11 +75,32 @@ def load(journals: list[str]) -> list[dict]:
                 where[k["id"]] = str(path)
                 out[k["id"]] = k
             for kid, gate, verdict, summary, ratio, tf, ev in j.db.execute("SELECT * FROM gates"):
+                if kid not in out or where[kid] != str(path):
+                    raise UsageError(f"{path}: table 'gates': a record of {gate} for kernel {kid!r}, which has "
+                                     "no record in this journal's 'kernels' (a damaged journal)")
                 out[kid]["gates"][gate] = {"verdict": verdict, "summary": summary, "bound_ratio": ratio or 0.0,
-                                           "tolerance_free": bool(tf), "evidence": json.loads(ev or "{}")}
+                                           "tolerance_free": bool(tf),
+                                           "evidence": _json_field(path, kid, f"{gate}'s evidence", ev) or {}}
         finally:
             j.close()
     return sorted(out.values(), key=lambda k: k["id"])
+
+
+def _json_field(path, kernel_id: str, field: str, text: str | None) -> dict | None:
+    """A journal's JSON object field (a kernel's ``report``, a gate's evidence) parsed; None when
+    empty (rows without a report). Raises UsageError naming the journal, kernel and field when it is
+    not a JSON object (a damaged journal: the report would otherwise count the row silently as one
+    judged before kverify recorded its rules and machine)."""
+    if not text:
+        return None
+    try:
+        got = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{path}: kernel {kernel_id!r}: field '{field}' is not valid JSON ({e})") from None
+    if not isinstance(got, dict):
+        raise UsageError(f"{path}: kernel {kernel_id!r}: field '{field}' is JSON but not an object "
+                         f"(a {type(got).__name__})")
+    return got
 
 
 #: why a corpus row has no record yet (not_journalled), the first that applies, from the journals'
@@ -122,8 +144,9 @@ def not_journalled(corpus: str, journals: list[str], kernels: list[dict]) -> dic
     done = {k["id"] for k in kernels}
     stray = sorted(done - set(ids))
     if stray:
-        raise UsageError(f"{corpus}: {len(stray)} journalled row(s) are not in this corpus, e.g. "
-                         f"{', '.join(stray[:3])}: the journals are of another corpus")
+        raise UsageError(f"{corpus}: " + ("no rows (an empty corpus file)" if not ids else
+                         f"{len(stray)} journalled row(s) are not in this corpus, e.g. "
+                         f"{', '.join(stray[:3])}: the journals are of another corpus"))
     for path in journals:  # the same ids, but other rows: judged from another corpus (or edited since)
         j = Journal(path, readonly=True)
         changed = j.changed({i: d for i, (_, d) in rows.items()})

@@ -95,8 +95,8 @@ GATE_FAULT_MARKS = (FAULT_PREFIX, "ran out of memory while")
 class Journal:
     """Open (creating if needed, in a folder that must exist) a journal file; ``readonly``: open an
     existing one for reading only (report, merge inputs: the file is not touched, and may be
-    read-only). Raises UsageError if it is not a kverify journal, is a directory, or its folder
-    does not exist."""
+    read-only). Raises UsageError if it is not a kverify journal (read only: without a ``kernels``
+    table of kverify's columns and a ``gates`` table), is a directory, or its folder does not exist."""
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
@@ -122,6 +122,10 @@ class Journal:
                                  f"{', '.join(sorted(self.tables)) or '(none)'}"
                                  + (f"; its 'kernels' has the columns {', '.join(columns)}" if columns
                                     else " and no 'kernels'") + ")")
+            if readonly and "gates" not in self.tables:  # kernels alone: another program's, or a damaged copy
+                self.db.close()
+                raise UsageError(f"{self.path}: not a kverify journal (its 'kernels' table has no 'gates' table "
+                                 "beside it: every journal has both)")
             if not readonly:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=FULL")
