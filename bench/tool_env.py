@@ -147,7 +147,7 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                "KVERIFY_PNVCC_TRACE": str(trace)}
         for _ in range(2):  # seen, then made (ppcache and hostpch keep a key the second time)
             subprocess.run(["/bin/sh", "-c", cmd], env=env, cwd=d, capture_output=True)
-        trace.unlink(missing_ok=True)  # each timed run's trace is read and removed by from_trace
+        trace.unlink(missing_ok=True)  # the warm-up builds' lines; each timed run starts its own trace
         steps = {"kverify's nvcc": cmd}
     for name, cmd in steps.items():
         outs = ["ours.o"] if whole else _outputs(cmd)
@@ -159,6 +159,8 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                     e["KVERIFY_THP"] = "1" if mode == "tunable" else "0"
                 elif mode == "tunable":  # as kverify's nvcc runs its tools
                     e = pnvcc.tool_env({**e, "KVERIFY_THP": "1"})
+                if whole:  # this run's trace only (pnvcc appends; a failed run's lines are not read)
+                    trace.unlink(missing_ok=True)
                 t = time.perf_counter()
                 r = subprocess.run(["/bin/sh", "-c", cmd], env=e, cwd=d, capture_output=True, text=True)
                 took = time.perf_counter() - t
@@ -173,7 +175,8 @@ def run_source(i: int, src: str, d: Path, flags: list[str], reps: int, times: di
                 # what kverify's nvcc reused (a like-for-like comparison: both modes from the same kept files)
                 used = ""
                 if whole:
-                    used = "  reused " + {"-": "nothing", "": "? (no trace)"}.get(r := from_trace(str(trace))["reused"], r)
+                    reused = from_trace(str(trace))["reused"]
+                    used = "  reused " + {"-": "nothing", "": "? (no trace)"}.get(reused, reused)
                 print(f"source {i} {name:13} {mode:8} {took:6.2f} s  output {'same' if got == first else 'DIFFERS'}{used}",
                       flush=True)
     return True

@@ -1363,6 +1363,36 @@ def test_a_damaged_journal_is_an_error_naming_file_kernel_and_field(whole, tmp_p
         load([orphan])
 
 
+def test_report_reads_a_journal_being_written_as_of_one_moment(tmp_path, monkeypatch):
+    """load reads each journal's kernels and gates in one transaction: a row an audit commits
+    between the two reads is neither half-read nor taken for a damaged journal (a review's find:
+    with two autocommit reads the gates of the new row had no kernel)."""
+    import kverify.audit_report as ar
+    from kverify.journal import Journal
+
+    def rep(i):
+        return {"standard": {"verdict": "PASS"}, "meta": {"rules": "x"},
+                "gates": [{"gate": "G01", "verdict": "PASS", "summary": "", "evidence": {"i": i}}]}
+
+    path = tmp_path / "live.sqlite"
+    writer = Journal(path)  # held open: its records stay in the -wal file, as a running audit's do
+    writer.record({"id": "ex/1"}, rep(1), "CLEAN")
+    real = ar._json_field
+    wrote = []
+
+    def write_meanwhile(*a):
+        if not wrote:  # while load reads the kernels: the audit commits another row
+            writer.record({"id": "ex/2"}, rep(2), "CLEAN")
+            wrote.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(ar, "_json_field", write_meanwhile)
+    got = ar.load([str(path)])
+    assert wrote and [k["id"] for k in got] == ["ex/1"] and got[0]["gates"]["G01"]["evidence"] == {"i": 1}
+    assert [k["id"] for k in ar.load([str(path)])] == ["ex/1", "ex/2"]  # the next read sees it whole
+    writer.close()
+
+
 def test_a_time_limit_starts_only_what_can_end_in_time():
     """TimeLimit: checks start while a check fits in the time left; builds only while the rows
     built or building are fewer than the checks the slots can still take after a build; the

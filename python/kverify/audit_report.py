@@ -44,10 +44,12 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def load(journals: list[str]) -> list[dict]:
-    """Kernel records with their gates, from one or more journals. Raises UsageError for a
-    journal given twice, missing or not a journal, an id in two journals, or journals whose runs
-    differ in a fixed option (kverify.journal.FIXED_OPTIONS: device, seed, gates; as ``merge``
-    refuses them: their rows are not judged alike)."""
+    """Kernel records with their gates, from one or more journals, each read in one transaction
+    (a journal an audit is writing is read as of one moment). Raises UsageError for a journal given
+    twice, missing or not a journal, an id in two journals, journals whose runs differ in a fixed
+    option (kverify.journal.FIXED_OPTIONS: device, seed, gates; as ``merge`` refuses them: their
+    rows are not judged alike), or a damaged journal: a kernel's report or a gate's evidence that is
+    not a JSON object, a gate record of a kernel it does not hold (_json_field)."""
     from kverify.journal import _fixed, unlike_runs
 
     out: dict[str, dict] = {}
@@ -63,6 +65,7 @@ def load(journals: list[str]) -> list[dict]:
                                             else "no such journal"))
         j = Journal(path, readonly=True)
         try:
+            j.db.execute("BEGIN")  # one read transaction: kernels and gates as of one moment (an audit may be writing)
             fixed = unlike_runs(path, _fixed(j), fixed, "a report joins only journals of alike runs")
             cols = [c[1] for c in j.db.execute("PRAGMA table_info(kernels)")]
             for row in j.db.execute("SELECT * FROM kernels"):

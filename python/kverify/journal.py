@@ -455,6 +455,7 @@ def _copy_into(dst: "Journal", out, inputs) -> tuple[int, int]:
     copied = already = 0
     for src_path in inputs:
         src = Journal(src_path, readonly=True)
+        src.db.execute("BEGIN")  # one read transaction: its kernels and gates as of one moment
         sums = src.digests()
         for r in src.rows():
             if r[0] in seen:  # the same content (checked above); its digest kept if it had none yet
